@@ -1,0 +1,1 @@
+"""One module per notebook: the panels (controls -> handler -> figures) that notebook displays."""
