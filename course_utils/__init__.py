@@ -7,6 +7,10 @@ import platform
 import random
 import sys
 
+# jsonschema (imported by plotly's and nbformat's stack) tries `rfc3987_syntax`, which builds a parser grammar at
+# import: ~1.7 s of CPU in every kernel, for URI checks this course never makes. jsonschema treats it as optional.
+sys.modules.setdefault("rfc3987_syntax", None)
+
 __version__ = "0.1.0"
 __all__ = ["setup", "check_environment", "EnvironmentReport"]
 
