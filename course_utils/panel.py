@@ -48,6 +48,7 @@ class Panel:
         self.update = update
         self.message = widgets.HTML()
         self.last_error: str | None = None
+        self.last_error_expected = True  # False when the last error was not a ValueError: a bug, not a bad setting
         rows = [widgets.HBox(list(self.controls.values())[i:i + columns])
                 for i in range(0, len(self.controls), columns)]
         header = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
@@ -68,11 +69,11 @@ class Panel:
         try:
             self.update(**self.values())
         except ValueError as exc:
-            self.last_error = str(exc)
+            self.last_error, self.last_error_expected = str(exc), True
             self.message.value = message_html(f"{exc}")
             return False
         except Exception as exc:  # a widget change must never raise into the notebook
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.last_error, self.last_error_expected = f"{type(exc).__name__}: {exc}", False
             self.message.value = message_html(
                 f"Something went wrong ({type(exc).__name__}: {exc}). Move the control back, or rerun the cell "
                 "that built this panel.", "error")

@@ -473,8 +473,9 @@ def _result(q: Question, status: str, feedback: str, response: str = "") -> Resu
 
 def _grade(q: Question, response: Any) -> Result:
     if response is None or response is Ellipsis or (isinstance(response, str) and not response.strip()):
-        return _result(q, "unanswered", f"Not answered yet. Give {q.expected_form}; in an answer cell, replace "
-                                        f'the `...` in `answer("{q.ref}", ...)`.')
+        how = ("type your answer between the triple quotes of its answer cell and run it" if q.kind == "open"
+               else f'in an answer cell, replace the `...` in `answer("{q.ref}", ...)`')
+        return _result(q, "unanswered", f"Not answered yet. Give {q.expected_form}; {how}.")
     if isinstance(response, str) and len(response) > MAX_RESPONSE_CHARS[q.kind]:
         return _result(q, "unreadable", f"This answer is {len(response):,} characters long, more than the "
                                         f"{MAX_RESPONSE_CHARS[q.kind]:,} accepted here. Give {q.expected_form}.")

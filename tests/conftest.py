@@ -9,5 +9,10 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
 
 @pytest.fixture(autouse=True)
-def _seed():
+def _seed_and_one_thread():
+    """Seeded, and one torch thread: tiny models run far faster single-threaded, above all on a busy machine."""
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

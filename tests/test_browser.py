@@ -170,6 +170,8 @@ def test_notebook_in_a_real_browser(lab, browser, path):
         titles = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
             .map(p => (p.querySelector('.gtitle') || {}).textContent || '')""")
         blank = [i for i, t in enumerate(titles) if not t.strip()]
+        for i in blank:
+            plots.nth(i).screenshot(path=str(ARTIFACTS / f"{path.stem}-blank-plot-{i}.png"))
         assert not blank, f"{path.name}: plotly figures {blank} of {len(titles)} drew blank (no title, no data)"
         sliders = page.locator(".widget-slider .noUi-handle, .widget-slider input[type=range]")
         if sliders.count():

@@ -21,7 +21,7 @@ def test_a_value_error_becomes_a_message_and_nothing_raises():
             raise ValueError("n must be at least 1: move the slider right")
     panel = _panel(update)
     panel.controls["n"].value = 0  # as a learner's drag would
-    assert "move the slider right" in panel.message.value and panel.last_error
+    assert "move the slider right" in panel.message.value and panel.last_error and panel.last_error_expected
     panel.controls["n"].value = 2
     assert panel.message.value == "" and panel.last_error is None
 
@@ -31,7 +31,7 @@ def test_an_unexpected_error_is_shown_not_raised(capsys):
         return 1 / (n - 3)
     panel = _panel(update)
     panel.controls["n"].value = 3
-    assert "ZeroDivisionError" in panel.message.value
+    assert "ZeroDivisionError" in panel.message.value and not panel.last_error_expected
     assert "ZeroDivisionError" in capsys.readouterr().err  # the traceback goes to the log for the curious
 
 
@@ -86,7 +86,16 @@ def test_background_run_shows_a_failing_job():
 
 @pytest.mark.parametrize("name", sorted(PANELS))
 def test_every_registered_panel_refreshes_over_its_whole_sweep(name):
+    """Each setting either draws, or is refused with a ValueError message meant for the learner; never a crash."""
     notebook, factory = PANELS[name]
     panel = factory()
-    failures = [(values, panel.last_error) for values in panel.sweep() if not panel.set(**values)]
-    assert not failures, f"{notebook}/{name}: {failures[:3]}"
+    crashes, refused = [], 0
+    for values in panel.sweep():
+        if not panel.set(**values):
+            if panel.last_error_expected:
+                refused += 1
+                assert len(panel.last_error) > 15 and panel.message.value, f"{name}: a refusal must explain itself"
+            else:
+                crashes.append((values, panel.last_error))
+    assert not crashes, f"{notebook}/{name}: {crashes[:3]}"
+    assert refused < len(panel.sweep()), f"{notebook}/{name}: every setting of the sweep was refused"

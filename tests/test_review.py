@@ -1,0 +1,232 @@
+"""Notebook 07: a filled-in copy gets the expected score from the batch grader and from the kernel, its prompts match
+the quiz files, and its figure, model-answer buttons and checkpoint picker work within the latency budget."""
+import csv
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+from course_utils import quiz as quiz_module
+from course_utils.demos import review as demo
+from course_utils.figures import color
+from course_utils.panel import PANELS
+from course_utils.quiz import UnknownQuizError, answer, load_quiz, score_summary
+
+NOTEBOOK = ROOT / "notebooks" / "07_review.ipynb"
+QUIZZES = ("chapter_2_4", "07_review", "self_check", "interview")
+SCORED = [q for name in QUIZZES for q in load_quiz(name).questions if q.scored]
+# The template of an answer cell: `...` for scored items, an empty raw triple-quoted string for open ones.
+TEMPLATE = re.compile(r'answer\("(?P<ref>[\w.]+)", (?P<response>\.\.\.|r"""\s*""")\)')
+
+# A learner's answers as typed into the cells, and the points each should earn: some right, some wrong, in the forms
+# learners use (a bracketed letter, a fraction as text, arithmetic, a rounded number, a known mistake).
+MIXED = {
+    "chapter_2_4.q1": ('"b"', 1), "chapter_2_4.q2": ('"a"', 0), "chapter_2_4.q3": ('"(a)"', 1),
+    "chapter_2_4.q4": ('"b"', 0), "chapter_2_4.q5": ('"5/2"', 1), "chapter_2_4.q6": ("1.6667", 0),
+    "chapter_2_4.q7": ("3.54", 1), "chapter_2_4.q8": ("10 * 2", 1),
+    "07_review.q1": ('"b"', 1), "07_review.q2": ('"a"', 0), "07_review.q3": ("6", 0),
+}
+OPEN = {"self_check.s1": 'r"""The residual sum grows with depth, like $\\sqrt{L}$ or $L$."""',
+        "interview.i2": '"Post-LN: x = LN(x + F(x)); Pre-LN: x = x + F(LN(x))."'}
+
+
+def template_cells() -> dict[str, int]:
+    """Question reference -> index of its answer cell in the committed notebook."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    found: dict[str, list[int]] = {}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            for m in TEMPLATE.finditer(cell.source):
+                found.setdefault(m["ref"], []).append(i)
+    assert all(len(v) == 1 for v in found.values()), {k: v for k, v in found.items() if len(v) > 1}
+    return {ref: cells[0] for ref, cells in found.items()}
+
+
+def filled_copy(path, responses: dict[str, str]):
+    """Write a copy of the notebook with the given responses (Python source) typed into their answer cells."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    cells = template_cells()
+    for ref, source in responses.items():
+        cell = nb.cells[cells[ref]]
+        cell.source = TEMPLATE.sub(lambda m: f'answer("{ref}", {source})' if m["ref"] == ref else m[0], cell.source)
+    nbformat.write(nb, path)
+    return nb
+
+
+def grade(tmp_path, *notebooks):
+    """Run the batch grader as a command on the notebooks; return its exit code, gradebook rows and feedback texts."""
+    out = tmp_path / "grading"
+    done = subprocess.run([sys.executable, "-m", "course_utils.grade", *map(str, notebooks), "--out", str(out),
+                           "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode in (0, 1), done.stderr
+    with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    feedback = {p.name: p.read_text(encoding="utf-8") for p in (out / "feedback").glob("*.md")}
+    return done.returncode, rows, feedback
+
+
+@pytest.fixture
+def fresh_session(monkeypatch):
+    monkeypatch.setattr(quiz_module, "_SESSION", {})
+
+
+# ------------------------------------------------------------------------------------------------- the answer cells
+
+def test_every_question_has_one_answer_cell_in_template_form():
+    expected = {q.ref for name in QUIZZES for q in load_quiz(name).questions}
+    assert set(template_cells()) == expected
+
+
+def test_the_committed_notebook_grades_as_unanswered_without_problems(tmp_path):
+    code, rows, _ = grade(tmp_path, NOTEBOOK)
+    (row,) = rows
+    assert code == 0 and row["status"] == "ok"
+    assert row["total"] == "0" and row["max"] == "11" and row["unanswered"] == str(len(SCORED))
+
+
+def test_a_filled_in_copy_gets_the_expected_score(tmp_path):
+    path = tmp_path / "learner.ipynb"
+    filled_copy(path, {**{ref: src for ref, (src, _) in MIXED.items()}, **OPEN})
+    code, rows, feedback = grade(tmp_path, path)
+    (row,) = rows
+    assert code == 0 and row["status"] == "ok" and row["unanswered"] == "0"
+    assert {q.ref: float(row[q.ref]) for q in SCORED} == {ref: points for ref, (_, points) in MIXED.items()}
+    assert float(row["total"]) == 6 and float(row["max"]) == 11
+    (text,) = feedback.values()
+    assert "The residual sum grows with depth" in text and "Pre-LN: x = x + F(LN(x))" in text  # open answers kept
+    assert "unbiased variance" in text  # the targeted feedback for the known mistake in q6
+
+
+def test_a_copy_with_every_key_gets_full_marks(tmp_path):
+    path = tmp_path / "keys.ipynb"
+    filled_copy(path, {q.ref: repr(q.answer) for q in SCORED})
+    code, rows, _ = grade(tmp_path, path, NOTEBOOK)
+    full, empty = sorted(rows, key=lambda r: r["submission"] != str(path))
+    assert code == 0 and full["status"] == "ok"
+    assert float(full["total"]) == float(full["max"]) == sum(q.points for q in SCORED) == 11
+    assert all(full[q.ref] == "1" for q in SCORED) and empty["total"] == "0"
+
+
+def test_instant_feedback_in_the_kernel_agrees_with_the_grader(tmp_path, fresh_session):
+    path = tmp_path / "learner.ipynb"
+    nb = filled_copy(path, {**{ref: src for ref, (src, _) in MIXED.items()}, **OPEN})
+    for i in template_cells().values():  # run the filled answer cells, as the learner would
+        exec(compile(nb.cells[i].source, f"cell {i}", "exec"), {"answer": answer})
+    rows = {r.quiz: r for r in score_summary().rows}
+    assert set(rows) == set(QUIZZES)
+    for name in ("chapter_2_4", "07_review"):
+        assert rows[name].score == sum(p for ref, (_, p) in MIXED.items() if ref.startswith(f"{name}."))
+    assert rows["chapter_2_4"].score == 5 and rows["07_review"].score == 1
+    assert rows["self_check"].answered == 1 and rows["interview"].answered == 1 and rows["interview"].score is None
+
+
+# --------------------------------------------------------------------------------------------------- the notebook
+
+def _plain(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_prompts_in_the_notebook_are_the_quiz_files_prompts():
+    """The markdown prompts are copied from quizzes/; after editing a quiz file, copy the prompt into the notebook."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    markdown = _plain("\n".join(c.source for c in nb.cells if c.cell_type == "markdown"))
+    stale = [q.ref for name in QUIZZES for q in load_quiz(name).questions
+             if _plain(q.prompt) not in markdown or any(_plain(c.text) not in markdown for c in q.choices)]
+    assert not stale, f"07_review.ipynb shows outdated prompts or choices for {stale}"
+
+
+def test_the_review_names_the_corrections_and_the_papers():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "Corrections to the chapter" in markdown and "near the **output**" in markdown
+    for arxiv in ("1607.06450", "2002.04745", "1910.07467", "2010.04245", "2408.00118", "2503.19786"):
+        assert f"arXiv {arxiv}" in markdown
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "score_summary()" in code and 'load_quiz("chapter_2_4").show()' in code
+
+
+# ---------------------------------------------------------------------------------------------------- the builders
+
+def test_chain_figure_links_four_chapters_problem_to_solution_to_the_next_problem():
+    fig = demo.chain_figure()
+    assert fig.layout.title.text and "chain of problems" in fig.layout.title.text
+    headers = [a.text for a in fig.layout.annotations if a.text.startswith("<b>Chapter")]
+    assert headers == [f"<b>Chapter {c}: {link.idea}</b>" for c, link in zip(("2.1", "2.2", "2.3", "2.4"), demo.CHAIN)]
+    assert sum(s.type == "rect" for s in fig.layout.shapes) == 12
+    links = [a for a in fig.layout.annotations if a.showarrow and a.arrowcolor == color(3)]
+    assert len(links) == 3 and all(a.ax < a.x and a.ay < a.y for a in links)  # leftover -> next chapter's problem
+    assert "permutation" in demo.CHAIN[1].problem.lower() and "trainability" in demo.CHAIN[3].problem
+    assert any("section 5" in a.text for a in fig.layout.annotations)  # says which summary it draws on
+    assert {t.name for t in fig.data if t.showlegend is not False} >= {"the problem", "the chapter's answer"}
+
+
+def test_reveal_button_shows_the_model_answer_only_on_request():
+    box = demo.reveal_button("interview.i2")
+    assert box.shown.value == ""
+    box.toggle.value = True
+    assert "near the output" in box.shown.value and "A strong answer covers" in box.shown.value
+    box.toggle.value = False
+    assert box.shown.value == "" and box.toggle.description == "Show model answer"
+    with pytest.raises(UnknownQuizError):
+        demo.reveal_button("self_check.s99")
+
+
+def _median_ms(fn, settings) -> float:
+    times = []
+    for _ in range(3):
+        for s in settings:
+            t0 = time.perf_counter()
+            fn(s)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def test_checkpoint_picker_covers_every_other_checkpoint_and_refreshes_fast(fresh_session):
+    assert PANELS["checkpoint_picker"][0] == "07_review"
+    panel = demo.checkpoint_picker()
+    assert demo.checkpoint_names() == [f.stem for f in sorted((ROOT / "quizzes").glob("0*.toml"))
+                                       if f.stem != "07_review"]
+    assert all(panel.set(**v) for v in panel.sweep())
+    assert _median_ms(lambda v: panel.set(**v), panel.sweep()) < 50
+    panel.set(quiz="03_layernorm")
+    view = panel.views["03_layernorm"]
+    assert panel.outputs[1].children == (view,)
+    panel.set(quiz="05_rmsnorm")
+    panel.set(quiz="03_layernorm")
+    assert panel.outputs[1].children[0] is view  # kept, with whatever the learner typed
+    q = load_quiz("03_layernorm").questions[0]
+    view.controls[q.id].input.value = q.answer if q.kind == "choice" else str(q.answer)
+    view.controls[q.id].check.click()
+    (row,) = score_summary().rows
+    assert row.quiz == "03_layernorm" and row.score == q.points  # answers here count in the summary
+
+
+def test_picker_refuses_an_unknown_quiz_with_a_message():
+    panel = demo.checkpoint_picker()
+    with pytest.raises(ValueError, match="There is no checkpoint quiz 'nope'. Pick one of"):
+        panel.update(quiz="nope")
+    panel.values = lambda: {"quiz": "nope"}  # a value the dropdown cannot hold, as if a stale setting came back
+    assert panel.refresh() is False and "There is no checkpoint quiz" in panel.message.value
+
+
+@pytest.mark.parametrize("name", ["chapter_2_4", "self_check", "07_review"])
+def test_the_notebooks_quiz_widgets_answer_within_the_latency_budget(name, fresh_session):
+    quiz = load_quiz(name)
+    view = quiz.show()
+
+    def check(q):
+        controls = view.controls[q.id]
+        controls.input.value = (q.answer if q.kind == "choice" else str(q.answer) if q.kind == "numeric"
+                                else "My answer.")
+        controls.check.click()
+
+    assert _median_ms(check, quiz.questions) < 50
+    assert f"{quiz.points:g} / {quiz.points:g}" in view.score.value or quiz.points == 0
+    buttons = [demo.reveal_button(q.ref) for q in quiz.questions if not q.scored]
+    if buttons:
+        assert _median_ms(lambda b: setattr(b.toggle, "value", not b.toggle.value), buttons) < 50
