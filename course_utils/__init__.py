@@ -17,8 +17,12 @@ __all__ = ["setup", "check_environment", "EnvironmentReport"]
 FIX = 'pip install -e ".[test]"   (from the course folder), then restart JupyterLab and the kernel'
 
 
-def setup(seed: int = 0, threads: int | None = None) -> "torch.Generator":
-    """Seed Python, NumPy and PyTorch once per notebook; returns a torch.Generator seeded with `seed`."""
+def setup(seed: int = 0, threads: int | None = 1) -> "torch.Generator":
+    """Seed Python, NumPy and PyTorch once per notebook; returns a torch.Generator seeded with `seed`.
+
+    One torch thread by default: the course's models are tiny, and on a busy 2-core machine two threads block each
+    other (a 200-layer stack of small ops ran 100x slower). threads=None leaves PyTorch's choice.
+    """
     import numpy as np
     import torch
 

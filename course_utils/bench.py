@@ -34,7 +34,10 @@ def load_panels() -> dict:
 
 
 def time_panels(repeats: int = 3) -> list[dict]:
-    """Median, 90th percentile and worst latency of each panel's update over its sweep, repeated."""
+    """Median, 90th percentile and worst latency of each panel's update over its sweep, repeated, on one torch
+    thread as the notebooks run (course_utils.setup)."""
+    import torch
+    torch.set_num_threads(1)
     rows = []
     for name, (notebook, factory) in sorted(load_panels().items(), key=lambda kv: (kv[1][0], kv[0])):
         started = time.perf_counter()
