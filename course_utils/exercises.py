@@ -12,7 +12,7 @@ from torch import Tensor
 from . import norms
 from .transformer import TransformerBlock
 
-__all__ = ["CaseResult", "CheckReport", "check_layer_norm", "check_rms_norm", "check_masked_batch_stats",
+__all__ = ["CaseResult", "CheckReport", "call_learner", "check_layer_norm", "check_rms_norm", "check_masked_batch_stats",
            "check_post_ln_forward"]
 
 
@@ -59,6 +59,19 @@ class CheckReport:
         return f'<p style="color:{colour}"><b>{verdict}</b></p><table>{rows}</table>'
 
 
+NOT_DONE = "not implemented yet: replace `raise NotImplementedError` with your code"
+
+
+def call_learner(name: str, fn: Callable, *args) -> tuple[object, CaseResult | None]:
+    """Call the learner's fn; returns (its output, None), or (None, a failed case) if it raised."""
+    try:
+        return fn(*args), None
+    except NotImplementedError:
+        return None, CaseResult(name, False, NOT_DONE)
+    except Exception as exc:  # the learner's bug, reported rather than raised
+        return None, CaseResult(name, False, f"raised {type(exc).__name__}: {exc}")
+
+
 def _compare(name: str, got, want: Tensor, tol: float) -> CaseResult:
     if not isinstance(got, Tensor):
         return CaseResult(name, False, f"expected a torch.Tensor, got {type(got).__name__}")
@@ -77,12 +90,9 @@ def _run_case(name: str, fn: Callable, reference: Callable, inputs: list[Tensor]
     """Call fn and reference on copies of inputs; compare outputs and, with grad, the gradients of the inputs."""
     mine = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in inputs]
     ref = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in inputs]
-    try:
-        got = fn(*mine)
-    except NotImplementedError:
-        return CaseResult(name, False, "not implemented yet: replace `raise NotImplementedError` with your code")
-    except Exception as exc:  # the learner's bug, reported rather than raised
-        return CaseResult(name, False, f"raised {type(exc).__name__}: {exc}")
+    got, failed = call_learner(name, fn, *mine)
+    if failed:
+        return failed
     want = reference(*ref)
     result = _compare(name, got, want, tol)
     if not result.passed or not grad:
@@ -163,16 +173,15 @@ def check_masked_batch_stats(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor
              case("large offset", [6, 3, 2], 5, offset=500.0), case("float64", [3, 8], 6, torch.float64)]
     for name, x, mask in cases:
         want_mean, want_var, _ = norms.masked_mean_var(x, mask)
-        try:
-            got = fn(x.clone(), mask.clone())
-            got_mean, got_var = got
-        except NotImplementedError:
-            report.cases.append(CaseResult(name, False, "not implemented yet: replace `raise NotImplementedError`"))
+        got, failed = call_learner(name, fn, x.clone(), mask.clone())
+        if failed:
+            report.cases.append(failed)
             continue
-        except Exception as exc:
-            report.cases.append(CaseResult(name, False, f"raised or returned the wrong thing ({type(exc).__name__}: "
-                                                        f"{exc}); return (mean, var), each of shape (d,)"))
+        if not (isinstance(got, tuple) and len(got) == 2):
+            report.cases.append(CaseResult(name, False, f"returned {type(got).__name__}; return (mean, var), each of "
+                                                        "shape (d,)"))
             continue
+        got_mean, got_var = got
         tol = 1e-10 if x.dtype == torch.float64 else 1e-4 * max(1.0, float(want_mean.abs().max()))
         mean_result = _compare(name + " (mean)", got_mean, want_mean, tol)
         var_result = _compare(name + " (variance)", got_var, want_var, tol * max(1.0, float(want_var.max())))

@@ -35,6 +35,16 @@ def _as_shape(normalized_shape: int | Sequence[int] | None, x: Tensor, name: str
     return shape
 
 
+def _module_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
+    """A module's normalized_shape as a tuple of positive sizes."""
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    shape = tuple(int(s) for s in normalized_shape)
+    if not shape or any(s < 1 for s in shape):
+        raise ValueError(f"normalized_shape must hold positive sizes, got {shape}")
+    return shape
+
+
 def _check_eps(eps: float) -> float:
     if not isinstance(eps, numbers.Real) or not eps > 0 or eps != eps or eps == float("inf"):
         raise ValueError(f"eps must be a finite number > 0 (for example 1e-5), got {eps!r}")
@@ -140,11 +150,7 @@ class LayerNorm(nn.Module):
     def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, device=None, dtype=None):
         super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (int(normalized_shape),)
-        self.normalized_shape = tuple(int(s) for s in normalized_shape)
-        if not self.normalized_shape or any(s < 1 for s in self.normalized_shape):
-            raise ValueError(f"normalized_shape must hold positive sizes, got {self.normalized_shape}")
+        self.normalized_shape = _module_shape(normalized_shape)
         self.eps = _check_eps(eps)
         self.elementwise_affine = elementwise_affine
         kw = {"device": device, "dtype": dtype}
@@ -165,11 +171,7 @@ class RMSNorm(nn.Module):
     def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True,
                  device=None, dtype=None):
         super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (int(normalized_shape),)
-        self.normalized_shape = tuple(int(s) for s in normalized_shape)
-        if not self.normalized_shape or any(s < 1 for s in self.normalized_shape):
-            raise ValueError(f"normalized_shape must hold positive sizes, got {self.normalized_shape}")
+        self.normalized_shape = _module_shape(normalized_shape)
         self.eps = None if eps is None else _check_eps(eps)
         self.elementwise_affine = elementwise_affine
         self.weight = (nn.Parameter(torch.ones(self.normalized_shape, device=device, dtype=dtype))

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .exercises import CaseResult, CheckReport
+from .exercises import CaseResult, CheckReport, call_learner
 from .norms import LayerNorm, layer_norm
 from .transformer import TransformerBlock
 
@@ -442,13 +442,9 @@ def check_mean_pool(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckReport:
     cases.append(("the model's token states for the course's sentences", base.hidden[-1], base.mask))
     for name, x, mask in cases:
         want = mean_pool(x, mask)
-        try:
-            got = fn(x.clone(), mask.clone())
-        except NotImplementedError:
-            report.cases.append(CaseResult(name, False, "not implemented yet: replace `raise NotImplementedError`"))
-            continue
-        except Exception as exc:  # the learner's bug, reported rather than raised
-            report.cases.append(CaseResult(name, False, f"raised {type(exc).__name__}: {exc}"))
+        got, failed = call_learner(name, fn, x.clone(), mask.clone())
+        if failed:
+            report.cases.append(failed)
             continue
         if not isinstance(got, Tensor) or got.shape != want.shape:
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from plotly.subplots import make_subplots
 from torch import Tensor, nn
 
-from ..exercises import CaseResult, CheckReport
+from ..exercises import CaseResult, CheckReport, call_learner
 from ..figures import PALETTE, LiveFigure, color, live_figure
 from ..panel import BackgroundRun, Panel, message_html, register_panel
 
@@ -649,13 +649,9 @@ def check_depth_scaled_gain(fn) -> CheckReport:
     report = CheckReport("depth-scaled gain")
     for depth in (1, 7, 30, 120, 1000):
         name = f"depth {depth}"
-        try:
-            got = fn(depth)
-        except NotImplementedError:
-            report.cases.append(CaseResult(name, False, "not implemented yet: replace `raise NotImplementedError`"))
-            continue
-        except Exception as exc:  # the learner's bug, reported rather than raised
-            report.cases.append(CaseResult(name, False, f"raised {type(exc).__name__}: {exc}"))
+        got, failed = call_learner(name, fn, depth)
+        if failed:
+            report.cases.append(failed)
             continue
         if isinstance(got, Tensor) and got.numel() == 1:
             got = got.item()
