@@ -12,7 +12,7 @@ from torch import Tensor
 from . import norms
 from .transformer import TransformerBlock
 
-__all__ = ["CaseResult", "CheckReport", "call_learner", "check_layer_norm", "check_rms_norm", "check_masked_batch_stats",
+__all__ = ["CaseResult", "CheckReport", "call_learner", "run_case", "check_layer_norm", "check_rms_norm", "check_masked_batch_stats",
            "check_post_ln_forward"]
 
 
@@ -85,7 +85,7 @@ def _compare(name: str, got, want: Tensor, tol: float) -> CaseResult:
     return CaseResult(name, True, f"max abs error {err:.1e}", err)
 
 
-def _run_case(name: str, fn: Callable, reference: Callable, inputs: list[Tensor], tol: float,
+def run_case(name: str, fn: Callable, reference: Callable, inputs: list[Tensor], tol: float,
               grad: bool = False) -> CaseResult:
     """Call fn and reference on copies of inputs; compare outputs and, with grad, the gradients of the inputs."""
     mine = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in inputs]
@@ -142,7 +142,7 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> C
     report = CheckReport("layer_norm")
     for name, inputs, eps, tol, grad in _norm_cases(with_bias=True):
         ref = lambda x, w, b, eps=eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps)
-        report.cases.append(_run_case(name, lambda x, w, b, eps=eps: fn(x, w, b, eps), ref, inputs, tol, grad))
+        report.cases.append(run_case(name, lambda x, w, b, eps=eps: fn(x, w, b, eps), ref, inputs, tol, grad))
     return report
 
 
@@ -151,7 +151,7 @@ def check_rms_norm(fn: Callable[[Tensor, Tensor, float], Tensor]) -> CheckReport
     report = CheckReport("rms_norm")
     for name, inputs, eps, tol, grad in _norm_cases(with_bias=False):
         ref = lambda x, w, eps=eps: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps)
-        report.cases.append(_run_case(name, lambda x, w, eps=eps: fn(x, w, eps), ref, inputs, tol, grad))
+        report.cases.append(run_case(name, lambda x, w, eps=eps: fn(x, w, eps), ref, inputs, tol, grad))
     return report
 
 
@@ -211,5 +211,5 @@ def check_post_ln_forward(fn: Callable[[TransformerBlock, Tensor], Tensor]) -> C
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
         pre = TransformerBlock(16, 4, norm=norm, placement="pre").double()
         pre.load_state_dict(post.state_dict())
-        report.cases.append(_run_case(name, lambda x: fn(pre, x), post, [x], 1e-10, grad=True))
+        report.cases.append(run_case(name, lambda x: fn(pre, x), post, [x], 1e-10, grad=True))
     return report
