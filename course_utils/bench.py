@@ -127,7 +127,7 @@ def render(panels, notebooks, grading, norms) -> str:
     if grading:
         lines += ["## Batch grading", "", "```", grading["output"], "```", ""]
     if norms:
-        lines += ["## Norm speed (CPU)", "", norms, ""]
+        lines += ["## Norm speed (CPU)", "", "```", norms, "```", ""]
     return "\n".join(lines)
 
 
