@@ -16,12 +16,6 @@ WARNING = "#8a5a00"  # colour of a ValueError message in a Panel (an unexpected 
 PANEL_NAMES = ["residual_growth_panel", "gradient_panel", "histogram_panel", "padding_panel", "coupling_panel"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with wn.one_thread():
-        yield
-
-
 # ---- panels ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", PANEL_NAMES)

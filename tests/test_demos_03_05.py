@@ -15,15 +15,6 @@ from course_utils.panel import PANELS
 TINY = dict(widths=(64, 256), repeats=3, number=1, warmup=1, elements=2 ** 12)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors: a second thread only waits, and on a busy machine it can make training 20x slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # ---- notebook 03: formulas and the token panel ----------------------------------------------------------------
 
 @pytest.mark.parametrize("d", [1, 2, 5, 64])

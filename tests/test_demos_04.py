@@ -11,14 +11,6 @@ from course_utils.panel import PANELS
 from course_utils.training import History
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: a second thread mostly waits, and on a busy machine it spins
-    yield
-    torch.set_num_threads(before)
-
-
 def test_diagram_puts_the_norm_on_the_path_for_post_ln_and_on_the_branch_for_pre_ln():
     fig = demo.placement_diagram()
     assert fig.layout.title.text

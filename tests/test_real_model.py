@@ -18,15 +18,6 @@ HIDDEN_ATOL = 1e-4      # float32, per hidden state, at real tokens
 EMBEDDING_COS = 0.9999  # against SentenceTransformer.encode
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """As in the notebook: one thread, steady on a shared CPU; restored for the other test modules."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def base():
     with torch.no_grad():
