@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from .exercises import CaseResult, CheckReport, call_learner
 from .norms import LayerNorm, layer_norm
+from .resources import course_folder
 from .transformer import TransformerBlock
 
 __all__ = ["CONFIG", "WEIGHT_MAP", "MiniLM", "Batch", "model_dir", "load_minilm", "load_tokenizer", "tokenize",
@@ -177,11 +178,7 @@ def sentence_embedding(token_states: Tensor, attention_mask: Tensor) -> Tensor:
 
 def load_sentences(path: str | Path | None = None) -> "SentencePairs":
     """The course's sentence pairs (data/sentences.json): similar and unrelated pairs over one set of sentences."""
-    if path is None:  # the course folder (editable install), else data/ beside or above the working directory
-        candidates = [Path(__file__).resolve().parent.parent, Path.cwd(), Path.cwd().parent]
-        path = next((c / "data" / "sentences.json" for c in candidates if (c / "data" / "sentences.json").is_file()),
-                    candidates[0] / "data" / "sentences.json")
-    path = Path(path)
+    path = Path(path) if path is not None else course_folder("data") / "sentences.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: it ships in the course folder's data/; run the notebook from there")
     raw = json.loads(path.read_text())

@@ -1,352 +1,356 @@
-"""The batch grader reads submissions as data, never runs them, survives bad files and writes its CSVs atomically."""
+"""The batch grader: students, not files; exactly the assignment's questions; LMS exports; outputs replaced whole."""
 import csv
-import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+import zipfile
 
-import nbformat
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from conftest import ROOT
-from course_utils import grade
-from course_utils.grade import answers_in_source, main, read_submission
-from course_utils.quiz import load_quiz
+from course_utils.quiz import cli, load_quiz
+from course_utils.quiz.cli import main
 
-CHAPTER = load_quiz("chapter_2_4")
-KEYS = {q.id: q.answer for q in CHAPTER.questions}
-WRONG = {q.id: (next(c.label for c in q.choices if c.label != q.answer) if q.kind == "choice" else q.mistakes[0].value)
-         for q in CHAPTER.questions}
+QUIZ = {stem: load_quiz(stem) for stem in ("01_why_normalize", "03_layernorm")}
+ASSIGNMENT = '''title = "Norms, part 1"
+due = 2026-12-15T23:59:00Z
+[late]
+policy = "deduct"
+grace_minutes = 10
+deduct_per_day = 0.25
+max_days = 3
+[[notebooks]]
+notebook = "01_why_normalize"
+quizzes = ["01_why_normalize"]
+[[notebooks]]
+notebook = "03_layernorm"
+quizzes = ["03_layernorm"]
+'''
+ROSTER = ('student_id,name,login,email,canvas_id,section\n'
+          's1,"Smith, Jane",jsmith,jane@uni.edu,101,A\n'
+          's2,José Núñez,jnunez,jose@uni.edu,102,A\n'
+          's3,Never Submitted,nsub,never@uni.edu,103,B\n')
 
 
-def notebook(answers: dict[str, object] | None = None, extra: list[str] = (), outputs=None) -> str:
-    """A submission's JSON: a markdown cell, some lesson code, then one answer cell per chapter question."""
-    answers = KEYS if answers is None else answers
-    cells = [new_markdown_cell("# Review"), new_code_cell("import torch\nx = torch.tensor([1.0, 2.0, 3.0, 4.0])")]
-    for qid, value in answers.items():
-        if isinstance(value, str) and value.startswith("CODE:"):
-            source = value.removeprefix("CODE:")
-        else:
-            source = "..." if value is ... else repr(value)
-        cell = new_code_cell(f'answer("chapter_2_4.{qid}", {source})')
+def key(q):
+    return q.answer
+
+
+def wrong(q):
+    return next(c.label for c in q.choices if c.label != q.answer) if q.kind == "choice" else q.answer + 1
+
+
+def notebook(stem: str, pick=key, extra: tuple[str, ...] = (), stamp: bool = True, outputs: str = "") -> str:
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# Lesson"}]
+    for q in QUIZ[stem].questions:
+        value = pick(q)
+        cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                "source": f'answer("{q.ref}", {"..." if value is ... else repr(value)})'}
         if outputs:
-            cell.outputs = [new_output("execute_result", data={"text/plain": outputs}, execution_count=1)]
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": outputs}]
         cells.append(cell)
-    cells += [new_code_cell(src) for src in extra]
-    return nbformat.writes(new_notebook(cells=cells))
+    cells += [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": s}
+              for s in extra]
+    meta = {"course": {"notebook": stem}} if stamp else {}
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": meta, "cells": cells})
 
 
-def run(tmp_path, files: dict[str, str | bytes], *options: str) -> tuple[int, list[dict], dict[str, dict]]:
-    """Write the files, grade the folder, and return the exit code, gradebook rows and item analysis by question."""
-    folder = tmp_path / "class"
-    folder.mkdir(exist_ok=True)
+def write(folder, files: dict) -> None:
     for name, content in files.items():
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    out = tmp_path / "out"
-    code = main([str(folder), "--out", str(out), "--no-progress", *options])
-    with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    with open(out / "item_analysis.csv", newline="", encoding="utf-8") as f:
-        items = {r["question"]: r for r in csv.DictReader(f)}
-    return code, rows, items
 
 
-def by_name(rows):
-    return {r["submission"].removeprefix("class/"): r for r in rows}
+def grade(tmp_path, files: dict | None = None, *options, roster: str | None = ROSTER, assignment: str = ASSIGNMENT,
+          target=None):
+    """Write the files and course files, run the grader, return (exit code, gradebook rows by student id)."""
+    sub = tmp_path / "submissions"
+    sub.mkdir(exist_ok=True)
+    write(sub, files or {})
+    (tmp_path / "assignment.toml").write_text(assignment, encoding="utf-8")
+    args = [str(target or sub), "--assignment", str(tmp_path / "assignment.toml"), "--out", str(tmp_path / "out"),
+            "--no-progress", *options]
+    if roster is not None:
+        (tmp_path / "roster.csv").write_text(roster, encoding="utf-8")
+        args += ["--roster", str(tmp_path / "roster.csv")]
+    code = main(args)
+    return code, read_rows(tmp_path / "out" / "gradebook.csv")
 
 
-# -------------------------------------------------------------------------------------------------- grading a class
-
-def test_a_clean_class_is_graded_from_the_key(tmp_path):
-    mixed = {**KEYS, "q1": WRONG["q1"], "q7": "3.5355"}
-    code, rows, items = run(tmp_path, {"ada.ipynb": notebook(), "bob.ipynb": notebook(WRONG),
-                                       "cy.ipynb": notebook(mixed)})
-    assert code == grade.EXIT_OK
-    rows = by_name(rows)
-    assert [rows[n]["total"] for n in ("ada.ipynb", "bob.ipynb", "cy.ipynb")] == ["8", "0", "7"]
-    assert all(r["status"] == "ok" and r["max"] == "8" for r in rows.values())
-    assert list(rows["ada.ipynb"])[3:11] == [f"chapter_2_4.q{i}" for i in range(1, 9)]
-    assert items["chapter_2_4.q1"]["share_correct"] == "0.333" and items["chapter_2_4.q2"]["share_correct"] == "0.667"
-    assert items["chapter_2_4.q1"]["responses"] == "a=2; b=1; c=0; d=0"
-    assert items["chapter_2_4.q1"]["most_common_wrong"] == "a (2)"
-    assert float(items["chapter_2_4.q2"]["discrimination"]) > 0.9
-    feedback = (tmp_path / "out" / "feedback" / "class__bob.md").read_text(encoding="utf-8")
-    assert "Score: 0 / 8" in feedback and "That is the sum of the features" in feedback
+def read_rows(path, key="student_id"):
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        return {r[key]: r for r in csv.DictReader(f)} if key else list(csv.DictReader(f))
 
 
-def test_literal_forms_the_notebook_accepts_are_read_the_same_way(tmp_path):
-    answers = {"q1": "CODE:' B '", "q2": "CODE:response='d'", "q3": "a", "q4": "c", "q5": "CODE:5/2",
-               "q6": "5/4", "q7": "CODE:-(-3.54)", "q8": "CODE:2*10"}
-    extra = ["%timeit x.mean()\n!ls\nr = answer('chapter_2_4.q4', 'c')"]
-    code, rows, _ = run(tmp_path, {"ada.ipynb": notebook(answers, extra)})
-    (row,) = rows
-    assert row["total"] == "8" and "answered 2 times" in row["status"] and code == grade.EXIT_PROBLEMS
+def canvas(name, uid, sid, stem, late=False, resubmit=0):
+    return f"{name}{'_LATE' if late else ''}_{uid}_{sid}_{stem}{f'-{resubmit}' if resubmit else ''}.ipynb"
+
+
+# ----------------------------------------------------------------------------------------------- students, not files
+
+def test_an_lms_download_gives_one_row_per_student_with_totals_over_every_notebook(tmp_path):
+    files = {canvas("smithjane", 101, 5001, "01_why_normalize"): notebook("01_why_normalize"),
+             canvas("smithjane", 101, 5002, "03_layernorm"): notebook("03_layernorm"),
+             canvas("nunezjose", 102, 5003, "01_why_normalize"): notebook("01_why_normalize", wrong)}
+    code, rows = grade(tmp_path, files)
+    assert list(rows) == ["s1", "s2", "s3"]  # roster order; the student who handed in nothing has a row too
+    assert rows["s1"]["total"] == "6" and rows["s1"]["max"] == "6" and rows["s1"]["status"] == "ok"
+    assert rows["s1"]["percent"] == "100.0" and rows["s1"]["name"] == "Smith, Jane"
+    assert rows["s2"]["total"] == "0" and "missing 03_layernorm" in rows["s2"]["status"]
+    assert rows["s3"]["status"] == "no submission" and rows["s3"]["total"] == "0"
+    assert code == cli.EXIT_PROBLEMS
+    columns = list(rows["s1"])
+    assert [c for c in columns if "." in c and "@" not in c] == [q.ref for s in QUIZ for q in QUIZ[s].questions]
+
+
+def test_the_latest_resubmission_counts_and_lateness_is_deducted(tmp_path):
+    files = {canvas("smithjane", 101, 5001, "01_why_normalize"): notebook("01_why_normalize", wrong),
+             canvas("smithjane", 101, 5007, "01_why_normalize", late=True, resubmit=1): notebook("01_why_normalize"),
+             canvas("smithjane", 101, 5002, "03_layernorm"): notebook("03_layernorm")}
+    _, rows = grade(tmp_path, files)
+    row = rows["s1"]
+    # The LMS marks the resubmission late without a time: one day, 25% off that notebook's 3 points.
+    assert row["late"] == "yes" and row["total"] == "5.25"
+    feedback = (tmp_path / "out" / "feedback" / "s1.md").read_text(encoding="utf-8")
+    assert "was replaced by a later submission" in feedback and "25% deducted" in feedback
+
+
+@pytest.mark.parametrize("stamp,hours_late,total,late", [
+    ("2026-12-15 20:00:00.000000 UTC", 0, "6", "no"),
+    ("2026-12-16 00:05:00.000000 UTC", 0, "6", "no"),       # inside the 10-minute grace period
+    ("2026-12-16 05:00:00.000000 UTC", 5, "4.5", "yes"),    # a started day: 25% off both notebooks
+    ("2026-12-18 01:00:00.000000 UTC", 49, "1.5", "yes"),   # three started days: 75% off
+    ("2026-12-20 00:00:00.000000 UTC", 96, "0", "yes"),     # past max_days: late work scores 0
+])
+def test_nbgrader_timestamps_decide_lateness(tmp_path, stamp, hours_late, total, late):
+    files = {f"submitted/jsmith/ps1/{stem}.ipynb": notebook(stem) for stem in QUIZ}
+    files["submitted/jsmith/ps1/timestamp.txt"] = stamp
+    _, rows = grade(tmp_path, files)
+    assert (rows["s1"]["total"], rows["s1"]["late"]) == (total, late)
+
+
+def test_home_folders_and_a_zip_of_an_lms_download_are_recognised(tmp_path):
+    home = {f"jupyter-jsmith/course/notebooks/{stem}.ipynb": notebook(stem) for stem in QUIZ}
+    home["jnunez/01_why_normalize.ipynb"] = notebook("01_why_normalize")
+    _, rows = grade(tmp_path, home)
+    assert rows["s1"]["total"] == "6" and rows["s2"]["total"] == "3"
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for stem in QUIZ:
+            zf.writestr(canvas("nunezjose", 102, 7000, stem), notebook(stem))
+    (tmp_path / "download.zip").write_bytes(buffer.getvalue())
+    (tmp_path / "zip").mkdir()
+    _, rows = grade(tmp_path / "zip", target=tmp_path / "download.zip")
+    assert rows["s2"]["total"] == "6" and rows["s1"]["status"] == "no submission"
+
+
+def test_without_a_roster_students_come_from_the_layout(tmp_path):
+    files = {canvas("smithjane", 101, 1, stem): notebook(stem) for stem in QUIZ}
+    files["ada/01_why_normalize.ipynb"] = notebook("01_why_normalize")
+    files["loose.ipynb"] = notebook("01_why_normalize")
+    code, rows = grade(tmp_path, files, roster=None)
+    assert set(rows) == {"101", "ada"} and rows["101"]["total"] == "6" and rows["101"]["name"] == "smithjane"
+    assert code == cli.EXIT_PROBLEMS  # loose.ipynb belongs to nobody, and says so
+
+
+def test_the_lms_gradebook_export_works_as_a_roster_as_it_is(tmp_path):
+    canvas_export = ('Student,ID,SIS User ID,SIS Login ID,Section,Norms (123)\n'
+                     '    Points Possible,,,,,6\n'
+                     '"Smith, Jane",101,s1,jsmith,A,\n'
+                     '"Student, Test",999,,,A,\n')
+    files = {canvas("smithjane", 101, 1, stem): notebook(stem) for stem in QUIZ}
+    _, rows = grade(tmp_path, files, roster=canvas_export)
+    assert list(rows) == ["s1"] and rows["s1"]["total"] == "6" and rows["s1"]["login"] == "jsmith"
+    moodle_export = "First name,Last name,ID number,Email address\nJane,Smith,s1,jane@uni.edu\n"
+    files = {f"jane@uni.edu/{stem}.ipynb": notebook(stem) for stem in QUIZ}
+    _, rows = grade(tmp_path, files, roster=moodle_export)
+    assert rows["s1"]["name"] == "Jane Smith" and rows["s1"]["total"] == "6"
+
+
+def test_a_renamed_file_is_recognised_by_its_course_stamp_or_its_name(tmp_path):
+    files = {"jsmith/Copy of lesson (1).ipynb": notebook("01_why_normalize"),
+             "jsmith/my_03_LayerNorm work-2.ipynb": notebook("03_layernorm", stamp=False)}
+    _, rows = grade(tmp_path, files)
+    assert rows["s1"]["total"] == "6"
+
+
+# ------------------------------------------------------------------------------------- exactly the assignment's questions
+
+def test_answers_outside_the_notebooks_quizzes_are_reported_never_graded(tmp_path):
+    cheat = notebook("01_why_normalize", extra=('answer("05_rmsnorm.q1", "b")', 'answer("03_layernorm.q1", "a")'))
+    files = {"jsmith/01_why_normalize.ipynb": cheat, "jnunez/01_why_normalize.ipynb": notebook("01_why_normalize")}
+    _, rows = grade(tmp_path, files)
+    assert rows["s1"]["total"] == rows["s2"]["total"] == "3"
+    assert not any("05_rmsnorm" in c for c in rows["s1"])
+    feedback = (tmp_path / "out" / "feedback" / "s1.md").read_text(encoding="utf-8")
+    assert "2 answer(s) not part of this notebook's quizzes, not graded" in feedback
 
 
 def test_stored_outputs_and_metadata_never_count(tmp_path):
-    nb = json.loads(notebook(WRONG, outputs="✓ Correct (1/1)"))
-    nb["metadata"]["score"] = 8
-    code, rows, _ = run(tmp_path, {"liar.ipynb": json.dumps(nb)})
-    assert rows[0]["total"] == "0" and code == grade.EXIT_OK
+    liar = json.loads(notebook("01_why_normalize", wrong, outputs="✓ Correct (1/1)"))
+    liar["metadata"]["score"] = 3
+    _, rows = grade(tmp_path, {"jsmith/01_why_normalize.ipynb": json.dumps(liar)})
+    assert rows["s1"]["total"] == "0"
 
 
-def test_unanswered_items_score_zero_and_are_counted(tmp_path):
-    code, rows, items = run(tmp_path, {"ada.ipynb": notebook({**KEYS, "q2": ..., "q3": ...})})
-    assert (rows[0]["total"], rows[0]["unanswered"], rows[0]["status"], code) == ("6", "2", "ok", grade.EXIT_OK)
-    assert items["chapter_2_4.q2"]["answered"] == "0"
+def test_without_an_assignment_the_grader_asks_for_one(tmp_path, capsys):
+    write(tmp_path / "c", {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize")})
+    assert main([str(tmp_path / "c"), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
+    assert "--assignment" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert main([str(tmp_path / "c"), "--out", str(tmp_path / "o"), "--quiz", "01_why_normalize"]) == cli.EXIT_OK
+    assert read_rows(tmp_path / "o" / "gradebook.csv")["jsmith"]["total"] == "3"
 
 
-@pytest.mark.parametrize("payload", [
-    '__import__("os").system("touch {s}")',
-    'open("{s}", "w").write("x")',
-    '(lambda: open("{s}", "w"))()',
-    '[open("{s}", "w") for _ in range(1)]',
-    'f"{{open(\'{s}\', \'w\')}}"',
-    '(x := open("{s}", "w"))',
-    'eval(\'open("{s}", "w")\')',
-    'exec(\'open("{s}", "w")\')',
-    '__import__("pathlib").Path("{s}").touch()',
-    '2 ** open("{s}", "w").write("1")',
+@pytest.mark.parametrize("text,where", [
+    ("title = 'x'\n", "notebooks"),
+    ('title = "x"\ndue = "tomorrow"\n[[notebooks]]\nnotebook = "01_why_normalize"\nquizzes = ["01_why_normalize"]\n',
+     "due"),
+    ('title = "x"\ndue = 2026-12-15T23:59:00\n[[notebooks]]\nnotebook = "a"\nquizzes = ["01_why_normalize"]\n',
+     "time-zone"),
+    ('title = "x"\n[[notebooks]]\nnotebook = "a"\nquizzes = ["nope"]\n', "no quiz named 'nope'"),
+    ('title = "x"\n[late]\npolicy = "maybe"\n[[notebooks]]\nnotebook = "a"\nquizzes = ["01_why_normalize"]\n',
+     "late.policy"),
+    ('title = "x"\n[[notebooks]]\nnotebook = "a"\nquizzes = ["01_why_normalize"]\n[points]\n"01_why_normalize.q9" = 1\n',
+     "points.01_why_normalize.q9"),
+    ('title = "x"\n[[notebooks]]\nnotebook = "a"\nquizzes = ["01_why_normalize"]\n[[notebooks]]\nnotebook = "b"\n'
+     'quizzes = ["01_why_normalize"]\n', "already answered in notebook 'a'"),
+    ('title = "x"\ntypo = 1\n', "unknown keys ['typo']"),
+    ("title = [", "not valid TOML"),
 ])
-def test_code_in_an_answer_cell_is_never_run(tmp_path, payload):
-    sentinel = tmp_path / "SENTINEL"
-    hostile = {**KEYS, "q5": "CODE:" + payload.format(s=sentinel)}
-    extra = [f'import os\nos.system("touch {sentinel}")', f'answer("chapter_2_4.q9", open("{sentinel}", "w"))']
-    code, rows, _ = run(tmp_path, {"mallory.ipynb": notebook(hostile, extra)})
-    assert not sentinel.exists()
-    (row,) = rows
-    assert "chapter_2_4.q5: answer is code, not a literal" in row["status"]
-    assert row["chapter_2_4.q5"] == "0" and row["total"] == "7" and code == grade.EXIT_PROBLEMS
-
-
-def test_the_grader_imports_nothing_a_submission_names(tmp_path):
-    before = set(sys.modules)
-    run(tmp_path, {"a.ipynb": notebook(extra=["import antigravity, this\nfrom course_utils import training"])})
-    assert {"antigravity", "this"}.isdisjoint(set(sys.modules) - before)
-
-
-# ----------------------------------------------------------------------------------------------- bad submissions
-
-def _bad_files() -> dict[str, str | bytes]:
-    nb3 = json.loads(notebook())
-    nb3["nbformat"] = 3
-    missing = {k: v for k, v in KEYS.items() if k != "q4"}
-    listy = json.loads(notebook())
-    listy["cells"][2]["source"] = ['answer("chapter_2_4.q1",', ' "b")']
-    return {
-        "good.ipynb": notebook(),
-        "json.ipynb": '{"cells": [',
-        "nbformat3.ipynb": json.dumps(nb3),
-        "missing.ipynb": notebook(missing),
-        "twice.ipynb": notebook(extra=['answer("chapter_2_4.q1", "a")']),
-        "code.ipynb": notebook({**KEYS, "q6": "CODE:x.var(correction=0)"}),
-        "latin1.ipynb": notebook().replace("Review", "Révision").encode("latin-1"),
-        "huge.ipynb": b" " * (grade.MAX_BYTES + 1),
-        "empty.ipynb": b"",
-        "list.ipynb": "[1, 2, 3]",
-        "nocells.ipynb": '{"nbformat": 4, "cells": {"a": 1}}',
-        "syntax.ipynb": notebook(extra=['answer("chapter_2_4.q2", "d"']),
-        "unknown.ipynb": notebook(extra=['answer("chapter_9.q1", 1)', 'answer("chapter_2_4.q99", 1)']),
-        "listsource.ipynb": json.dumps(listy),
-        "deep.ipynb": "[" * 100_000 + "]" * 100_000,
-        "sub/folder/nested.ipynb": notebook(),
-    }
-
-
-def test_a_bad_submission_never_stops_the_batch(tmp_path):
-    code, rows, items = run(tmp_path, _bad_files())
-    assert code == grade.EXIT_PROBLEMS
-    rows = by_name(rows)
-    expect = {
-        "good.ipynb": "ok", "json.ipynb": "invalid JSON", "nbformat3.ipynb": "wrong nbformat: 3 (need 4)",
-        "missing.ipynb": "missing answer for chapter_2_4.q4", "twice.ipynb": "chapter_2_4.q1 answered 2 times",
-        "code.ipynb": "chapter_2_4.q6: answer is code, not a literal", "latin1.ipynb": "not UTF-8",
-        "huge.ipynb": "file over 10 MB", "empty.ipynb": "invalid JSON", "list.ipynb": "not a notebook",
-        "nocells.ipynb": "not a notebook", "syntax.ipynb": "chapter_2_4.q2: the cell with this answer is not valid",
-        "unknown.ipynb": "unknown question 'chapter_9.q1'", "listsource.ipynb": "ok", "deep.ipynb": "JSON",
-        "sub/folder/nested.ipynb": "ok",
-    }
-    assert set(rows) == set(expect)
-    for name, status in expect.items():
-        assert status in rows[name]["status"], name
-    assert "chapter_2_4.q99" in rows["unknown.ipynb"]["status"]
-    totals = {name: rows[name]["total"] for name in rows}
-    assert totals["good.ipynb"] == totals["sub/folder/nested.ipynb"] == totals["listsource.ipynb"] == "8"
-    assert totals["missing.ipynb"] == totals["code.ipynb"] == "7" and totals["twice.ipynb"] == "7"
-    assert rows["json.ipynb"]["chapter_2_4.q1"] == "" and totals["json.ipynb"] == "0"
-    # Unreadable files are left out of the item analysis instead of counting as wrong answers.
-    readable = sum(r["chapter_2_4.q1"] != "" for r in rows.values())
-    assert items["chapter_2_4.q1"]["submissions"] == str(readable)
-    assert len(list((tmp_path / "out" / "feedback").iterdir())) == len(expect)
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.binary(max_size=2000) | st.text(max_size=2000).map(str.encode))
-def test_any_bytes_are_read_without_raising(tmp_path, data):
-    path = tmp_path / "any.ipynb"
-    path.write_bytes(data)
-    sub = read_submission(path)
-    assert sub.readable or sub.problems
-
-
-@settings(max_examples=200, deadline=None)
-@given(source=st.text(max_size=300) | st.builds(lambda a, b: f'answer({a!r}, {b})', st.text(max_size=20),
-                                                  st.text(max_size=40)))
-def test_any_cell_source_is_parsed_without_raising(source):
-    found, problems = answers_in_source(source)
-    assert all(isinstance(f.ref, str) for f in found) and all(isinstance(p, str) for p in problems)
-
-
-@pytest.mark.parametrize("source,value", [
-    ('answer("q.x", 2.5)', 2.5), ('answer("q.x", -1.342)', -1.342), ('answer("q.x", "5/4")', "5/4"),
-    ('answer("q.x", 5/4)', 1.25), ('answer("q.x", 2**0.5)', 2 ** 0.5), ('answer("q.x", ...)', ...),
-    ('answer("q.x", [1, 2])', [1, 2]), ('answer("q.x", None)', None), ('answer(ref="q.x", response="b")', "b"),
-    ('course.answer("q.x", "b")', "b"), ('answer("q.x", 1/0)', "nan"), ('answer("q.x", 10**10**10)', "inf-or-nan"),
-])
-def test_literals_and_plain_arithmetic_are_read(source, value):
-    (found,), problems = answers_in_source(source)
-    assert not found.problem and not problems
-    if value == "nan":
-        assert found.value != found.value
-    elif value == "inf-or-nan":
-        assert found.value in (float("inf"),) or found.value != found.value
-    else:
-        assert found.value == value
-
-
-@pytest.mark.parametrize("source", [
-    'answer("q.x", x)', 'answer("q.x", x.mean())', 'answer("q.x", round(3.5, 1))', 'answer("q.x", *args)',
-    'answer("q.x", [1] * 10**9)', 'answer("q.x", 1 if x else 2)', 'answer("q.x", "a" + "b")',
-    'answer("q.x", ' + "+".join(["1"] * 100) + ")",
-])
-def test_anything_else_is_code(source):
-    found, problems = answers_in_source(source)
-    assert [f.problem for f in found] == [grade.CODE] or (not found and "unpacks" in problems[0])
-
-
-# ------------------------------------------------------------------------------------------ options and exit codes
-
-def test_quiz_option_selects_the_columns(tmp_path):
-    extra = ['answer("05_rmsnorm.q1", "b")', 'answer("05_rmsnorm.q2", 0.849)']
-    code, rows, _ = run(tmp_path, {"a.ipynb": notebook(extra=extra)}, "--quiz", "05_rmsnorm")
-    (row,) = rows
-    assert [k for k in row if "." in k and k != "submission"] == [f"05_rmsnorm.q{i}" for i in range(1, 5)]
-    assert row["total"] == "2" and row["max"] == "4" and "missing answer for 05_rmsnorm.q3" in row["status"]
-    assert code == grade.EXIT_PROBLEMS
-
-
-def test_by_default_every_quiz_answered_is_graded(tmp_path):
-    extra = ['answer("05_rmsnorm.q1", "b")', 'answer("self_check.s1", "The sum grows.")']
-    code, rows, _ = run(tmp_path, {"a.ipynb": notebook(extra=extra)})
-    columns = [k for k in rows[0] if "." in k and k != "submission"]
-    assert columns[:4] == [f"05_rmsnorm.q{i}" for i in range(1, 5)] and columns[4] == "chapter_2_4.q1"
-    assert not any(c.startswith("self_check") for c in columns)  # open items are never scored
-    feedback = (tmp_path / "out" / "feedback" / "class__a.md").read_text(encoding="utf-8")
-    assert "The sum grows." in feedback and "not scored" in feedback
-
-
-def test_usage_errors_exit_2(tmp_path, capsys):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    (tmp_path / "a.ipynb").write_text(notebook(), encoding="utf-8")
-    assert main([]) == grade.EXIT_USAGE
-    assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == grade.EXIT_USAGE
-    assert main([str(empty), "--out", str(tmp_path / "o")]) == grade.EXIT_USAGE
-    assert main([str(tmp_path / "a.ipynb"), "--out", str(tmp_path / "o"), "--quiz", "nope"]) == grade.EXIT_USAGE
-    assert "chapter_2_4" in capsys.readouterr().err
+def test_a_malformed_assignment_file_is_exit_4_naming_file_and_field(tmp_path, capsys, text, where):
+    (tmp_path / "a.toml").write_text(text, encoding="utf-8")
+    write(tmp_path / "c", {"jsmith/x.ipynb": notebook("01_why_normalize")})
+    assert main([str(tmp_path / "c"), "--assignment", str(tmp_path / "a.toml"), "--out", str(tmp_path / "o")]) == 4
+    err = capsys.readouterr().err
+    assert str(tmp_path / "a.toml") in err and where in err
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("roster,where", [
+    ("name,login\nJane,jsmith\n", "needs a `student_id` column"),
+    ("student_id,login\ns1,jsmith\ns2,jsmith\n", "line 3: 'jsmith' already names student 's1'"),
+    ("student_id,login\ns1,jsmith\ns1,other\n", "line 3: student_id 's1' appears twice"),
+    ("student_id,login\n,jsmith\n", "line 2: column student_id is empty"),
+])
+def test_a_malformed_roster_is_exit_4(tmp_path, capsys, roster, where):
+    code, _ = grade_quietly(tmp_path, roster)
+    assert code == cli.EXIT_COURSE_FILE and where in capsys.readouterr().err
+
+
+def grade_quietly(tmp_path, roster):
+    try:
+        return grade(tmp_path, {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize")}, roster=roster)
+    except FileNotFoundError:
+        return cli.EXIT_COURSE_FILE, None
+
+
+# ------------------------------------------------------------------------------------------------------ exports
+
+def test_canvas_and_moodle_imports_follow_their_formats(tmp_path):
+    files = {f"jsmith/{stem}.ipynb": notebook(stem) for stem in QUIZ}
+    grade(tmp_path, files)
+    out = tmp_path / "out"
+    lines = read_rows(out / "canvas_import.csv", key=None)
+    assert list(lines[0]) == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Norms, part 1"]
+    assert lines[0]["Student"] == "Points Possible" and lines[0]["Norms, part 1"] == "6"
+    assert lines[1] == {"Student": "Smith, Jane", "ID": "101", "SIS User ID": "s1", "SIS Login ID": "jsmith",
+                        "Section": "A", "Norms, part 1": "6"}
+    moodle = read_rows(out / "moodle_import.csv", key="Email address")
+    assert moodle["jane@uni.edu"]["Norms, part 1"] == "6" and moodle["never@uni.edu"]["Feedback"] == "no submission"
+    assert (out / "canvas_import.csv").read_bytes().startswith(b"\xef\xbb\xbf")  # Excel reads the accents right
+
+
+def test_open_answers_go_to_a_manual_grading_file_and_hand_scores_merge_back(tmp_path, capsys):
+    assignment = ASSIGNMENT.replace('quizzes = ["03_layernorm"]', 'quizzes = ["03_layernorm"]\n[[notebooks]]\n'
+                                    'notebook = "07_review"\nquizzes = ["self_check"]') + '[manual]\n"self_check.s1" = 2\n'
+    review = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {"course": {"notebook": "07_review"}},
+                         "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                    "source": 'answer("self_check.s1", r"""The sum grows with depth.""")'}]})
+    files = {"jsmith/07_review.ipynb": review, "jnunez/07_review.ipynb": review.replace("grows", "=shrinks")}
+    _, rows = grade(tmp_path, files, assignment=assignment)
+    assert rows["s1"]["self_check.s1 (manual)"] == "" and rows["s1"]["max"] == "8"
+    manual = read_rows(tmp_path / "out" / "manual_grading.csv", key=None)
+    assert [(m["student_id"], m["question"], m["points"]) for m in manual] == [("s1", "self_check.s1", "2"),
+                                                                               ("s2", "self_check.s1", "2")]
+    assert "The sum grows with depth." in manual[0]["answer"] and manual[0]["rubric"]
+    assert manual[1]["answer"].startswith("The sum =shrinks")
+
+    manual[0]["score"], manual[1]["score"] = "2", "0.5"
+    scored = tmp_path / "scored.csv"
+    with open(scored, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(manual[0]))
+        writer.writeheader()
+        writer.writerows(manual)
+    _, rows = grade(tmp_path, {}, "--manual-scores", str(scored), assignment=assignment)
+    assert rows["s1"]["self_check.s1 (manual)"] == "2" and rows["s2"]["self_check.s1 (manual)"] == "0.5"
+    assert rows["s1"]["total"] == "2"
+
+    manual[1]["score"] = "3"
+    with open(scored, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(manual[0]))
+        writer.writeheader()
+        writer.writerows(manual)
+    code, _ = grade(tmp_path, {}, "--manual-scores", str(scored), assignment=assignment)
+    assert code == cli.EXIT_COURSE_FILE and "line 3: column score: 3 is outside 0 to 2" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- outputs, exit codes
+
+def test_a_rerun_replaces_the_outputs_whole_stale_feedback_included(tmp_path):
+    grade(tmp_path, {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize")}, roster=None)
+    assert sorted(p.name for p in (tmp_path / "out" / "feedback").iterdir()) == ["jsmith.md"]
+    os.remove(tmp_path / "submissions" / "jsmith" / "01_why_normalize.ipynb")
+    grade(tmp_path, {"ada/01_why_normalize.ipynb": notebook("01_why_normalize")}, roster=None)
+    assert sorted(p.name for p in (tmp_path / "out" / "feedback").iterdir()) == ["ada.md"]
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
+def test_a_crash_while_writing_leaves_the_old_outputs_whole(tmp_path, monkeypatch):
+    grade(tmp_path, {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize")})
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").glob("*.csv")}
+    from course_utils.quiz import gradebook
+
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(gradebook, "feedback_markdown", crash)
+    code, _ = grade(tmp_path, {"jsmith/03_layernorm.ipynb": notebook("03_layernorm")})
+    assert code == cli.EXIT_OUTPUT
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").glob("*.csv")} == before
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
+
+
 def test_unwritable_output_exits_3(tmp_path):
-    (tmp_path / "a.ipynb").write_text(notebook(), encoding="utf-8")
-    (tmp_path / "o").write_text("a file, not a folder", encoding="utf-8")
-    assert main([str(tmp_path / "a.ipynb"), "--out", str(tmp_path / "o")]) == grade.EXIT_OUTPUT
+    write(tmp_path / "c", {"ada/01_why_normalize.ipynb": notebook("01_why_normalize")})
+    (tmp_path / "out").write_text("a file, not a folder", encoding="utf-8")
+    code = main([str(tmp_path / "c"), "--quiz", "01_why_normalize", "--out", str(tmp_path / "out"), "--no-progress"])
+    assert code == cli.EXIT_OUTPUT
 
 
 def test_help_explains_the_exit_codes(capsys):
-    assert main(["--help"]) == grade.EXIT_OK
+    assert main(["--help"]) == cli.EXIT_OK
     text = capsys.readouterr().out
-    for phrase in ("Exit codes", "0  every submission", "1  the gradebook", "2  usage error", "3  the output",
-                   "never executes", "gradebook.csv", "item_analysis.csv", "--quiz", "10 MB"):
+    for phrase in ("Exit codes", "0  every student", "1  the outputs", "2  usage error", "3  the output",
+                   "4  a course file", "never executes", "canvas_import.csv", "--roster", "--assignment", "10 MB"):
         assert phrase in text
 
 
-def test_python_dash_m_runs_the_grader(tmp_path):
-    (tmp_path / "a.ipynb").write_text(notebook(), encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "course_utils.grade", str(tmp_path / "a.ipynb"), "--out",
-                           str(tmp_path / "o")], capture_output=True, text=True, cwd=tmp_path, check=False)
-    assert done.returncode == 0 and "1 ok" in done.stdout and (tmp_path / "o" / "gradebook.csv").exists()
+def test_python_dash_m_and_the_console_script_run_the_grader(tmp_path):
+    write(tmp_path / "c", {"ada/01_why_normalize.ipynb": notebook("01_why_normalize")})
+    done = subprocess.run([sys.executable, "-m", "course_utils.grade", str(tmp_path / "c"), "--quiz",
+                           "01_why_normalize", "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                          cwd=tmp_path, check=False)
+    assert done.returncode == 0 and "1 ok" in done.stdout, done.stderr
+    assert read_rows(tmp_path / "o" / "gradebook.csv")["ada"]["total"] == "3"
 
 
-def test_progress_bar_on_large_batches_only(tmp_path, capsys):
-    files = {f"s{i:02d}.ipynb": notebook() for i in range(grade.PROGRESS_MIN)}
-    run(tmp_path, files)
-    assert capsys.readouterr().err == ""  # --no-progress
-    assert main([str(tmp_path / "class"), "--out", str(tmp_path / "o")]) == grade.EXIT_OK
-    assert f"{grade.PROGRESS_MIN}/{grade.PROGRESS_MIN}" in capsys.readouterr().err
-    assert main([str(tmp_path / "class" / "s00.ipynb"), "--out", str(tmp_path / "o")]) == grade.EXIT_OK
-    assert capsys.readouterr().err == ""
-
-
-def test_a_file_name_cannot_become_a_spreadsheet_formula(tmp_path, monkeypatch):
-    (tmp_path / "=HYPERLINK(1).ipynb").write_text(notebook(), encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    assert main(["=HYPERLINK(1).ipynb", "--out", "o"]) == grade.EXIT_OK
-    assert (tmp_path / "o" / "gradebook.csv").read_text(encoding="utf-8").splitlines()[1].startswith("'=HYPERLINK")
-
-
-def test_feedback_files_are_distinct_for_same_named_submissions(tmp_path):
-    files = {"a/x.ipynb": notebook(), "b/x.ipynb": notebook(WRONG), "a__x.ipynb": notebook()}
-    run(tmp_path, files)
-    assert len(list((tmp_path / "out" / "feedback").iterdir())) == 3
-
-
-# ---------------------------------------------------------------------------------------------------- atomic writes
-
-def test_a_crash_while_writing_leaves_the_old_gradebook_whole(tmp_path, monkeypatch):
-    (tmp_path / "a.ipynb").write_text(notebook(), encoding="utf-8")
-    out = tmp_path / "o"
-    out.mkdir()
-    for name in ("gradebook.csv", "item_analysis.csv"):
-        (out / name).write_text(f"old {name}\n", encoding="utf-8")
-
-    def crash(fd):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(os, "fsync", crash)
-    assert main([str(tmp_path / "a.ipynb"), "--out", str(out)]) == grade.EXIT_OUTPUT
-    for name in ("gradebook.csv", "item_analysis.csv"):
-        assert (out / name).read_text(encoding="utf-8") == f"old {name}\n"
-    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
-
-
-def test_atomic_write_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
-    target = tmp_path / "gradebook.csv"
-    target.write_text("old", encoding="utf-8")
-    def interrupted(*args):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(os, "replace", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        grade._atomic_write(target, "new" * 1000)
-    assert target.read_text(encoding="utf-8") == "old" and list(tmp_path.iterdir()) == [target]
-    monkeypatch.undo()
-    grade._atomic_write(target, "new")
-    assert target.read_text(encoding="utf-8") == "new"
-
-
-# ------------------------------------------------------------------------------------------------------- benchmark
-
-def test_the_benchmark_runs_on_a_small_batch(capsys):
-    spec = importlib.util.spec_from_file_location("bench_grading", ROOT / "benchmarks" / "bench_grading.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.main(["--n", "40", "--repeats", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "40 generated notebooks" in out and "ms per submission" in out
+def test_progress_bar_on_large_classes_only(tmp_path, capsys):
+    files = {f"s{i:02d}/01_why_normalize.ipynb": notebook("01_why_normalize") for i in range(cli.PROGRESS_MIN)}
+    write(tmp_path / "c", files)
+    args = [str(tmp_path / "c"), "--quiz", "01_why_normalize", "--out", str(tmp_path / "o")]
+    assert main(args + ["--no-progress"]) == cli.EXIT_OK and capsys.readouterr().err == ""
+    assert main(args) == cli.EXIT_OK
+    assert f"{cli.PROGRESS_MIN}/{cli.PROGRESS_MIN}" in capsys.readouterr().err

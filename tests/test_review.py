@@ -2,6 +2,7 @@
 the quiz files, and its figure, model-answer buttons and checkpoint picker work within the latency budget."""
 import csv
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from course_utils import quiz as quiz_module
+from course_utils.quiz import notebook as quiz_module
 from course_utils.demos import review as demo
 from course_utils.figures import color
 from course_utils.panel import PANELS
@@ -58,15 +59,29 @@ def filled_copy(path, responses: dict[str, str]):
     return nb
 
 
-def grade(tmp_path, *notebooks):
-    """Run the batch grader as a command on the notebooks; return its exit code, gradebook rows and feedback texts."""
-    out = tmp_path / "grading"
-    done = subprocess.run([sys.executable, "-m", "course_utils.grade", *map(str, notebooks), "--out", str(out),
-                           "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+ASSIGNMENT = """title = "Review"
+[[notebooks]]
+notebook = "07_review"
+quizzes = ["chapter_2_4", "07_review", "self_check", "interview"]
+"""
+
+
+def grade(tmp_path, **notebooks):
+    """Grade each student's notebook (student name -> path) with the command-line grader, as a class would be.
+
+    Returns the exit code, the gradebook rows by student and the feedback texts by student."""
+    folder, out = tmp_path / "class", tmp_path / "grading"
+    for student, path in notebooks.items():
+        (folder / student).mkdir(parents=True)
+        shutil.copy(path, folder / student / "07_review.ipynb")
+    (tmp_path / "review.toml").write_text(ASSIGNMENT, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "course_utils.grade", str(folder), "--assignment",
+                           str(tmp_path / "review.toml"), "--out", str(out), "--no-progress"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode in (0, 1), done.stderr
-    with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    feedback = {p.name: p.read_text(encoding="utf-8") for p in (out / "feedback").glob("*.md")}
+    with open(out / "gradebook.csv", newline="", encoding="utf-8-sig") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    feedback = {p.stem: p.read_text(encoding="utf-8") for p in (out / "feedback").glob("*.md")}
     return done.returncode, rows, feedback
 
 
@@ -82,22 +97,22 @@ def test_every_question_has_one_answer_cell_in_template_form():
     assert set(template_cells()) == expected
 
 
-def test_the_committed_notebook_grades_as_unanswered_without_problems(tmp_path):
-    code, rows, _ = grade(tmp_path, NOTEBOOK)
-    (row,) = rows
-    assert code == 0 and row["status"] == "ok"
-    assert row["total"] == "0" and row["max"] == "11" and row["unanswered"] == str(len(SCORED))
+def test_the_committed_notebook_grades_as_unanswered(tmp_path):
+    code, rows, _ = grade(tmp_path, blank=NOTEBOOK)
+    row = rows["blank"]
+    assert code == 1 and row["total"] == "0" and row["max"] == "11"
+    assert row["status"].startswith("chapter_2_4.q1 not answered") and "no answer cell" not in row["status"]
 
 
 def test_a_filled_in_copy_gets_the_expected_score(tmp_path):
     path = tmp_path / "learner.ipynb"
     filled_copy(path, {**{ref: src for ref, (src, _) in MIXED.items()}, **OPEN})
-    code, rows, feedback = grade(tmp_path, path)
-    (row,) = rows
-    assert code == 0 and row["status"] == "ok" and row["unanswered"] == "0"
+    code, rows, feedback = grade(tmp_path, learner=path)
+    row = rows["learner"]
+    assert code == 0 and row["status"] == "ok"
     assert {q.ref: float(row[q.ref]) for q in SCORED} == {ref: points for ref, (_, points) in MIXED.items()}
     assert float(row["total"]) == 6 and float(row["max"]) == 11
-    (text,) = feedback.values()
+    text = feedback["learner"]
     assert "The residual sum grows with depth" in text and "Pre-LN: x = x + F(LN(x))" in text  # open answers kept
     assert "unbiased variance" in text  # the targeted feedback for the known mistake in q6
 
@@ -105,9 +120,9 @@ def test_a_filled_in_copy_gets_the_expected_score(tmp_path):
 def test_a_copy_with_every_key_gets_full_marks(tmp_path):
     path = tmp_path / "keys.ipynb"
     filled_copy(path, {q.ref: repr(q.answer) for q in SCORED})
-    code, rows, _ = grade(tmp_path, path, NOTEBOOK)
-    full, empty = sorted(rows, key=lambda r: r["submission"] != str(path))
-    assert code == 0 and full["status"] == "ok"
+    code, rows, _ = grade(tmp_path, keys=path, blank=NOTEBOOK)
+    full, empty = rows["keys"], rows["blank"]
+    assert full["status"] == "ok"
     assert float(full["total"]) == float(full["max"]) == sum(q.points for q in SCORED) == 11
     assert all(full[q.ref] == "1" for q in SCORED) and empty["total"] == "0"
 

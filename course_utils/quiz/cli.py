@@ -1,0 +1,153 @@
+"""Grade a class without running its notebooks: python -m course_utils.grade SUBMISSIONS... --assignment FILE --out DIR
+
+The grader reads every notebook as data: it finds each `answer("<quiz>.<id>", <literal>)` cell with `ast`, takes the
+literal, and grades it against the key in the quiz files. It never executes, imports or evaluates a submission, and
+ignores stored outputs, so every score is recomputed from the key.
+
+It recognises who submitted what: an LMS download (Canvas-style `name_userid_submissionid_file.ipynb`, `_LATE_`, `-1`
+resubmissions), a zip of one, nbgrader's submitted/<student>/<assignment>/, JupyterHub home folders or one folder per
+student; --roster maps any of these to a student id and name, and gives every enrolled student a row. One row per
+student: a column per question, the total over every notebook of the assignment, the latest submission of each
+notebook, the late flag, and a status naming what is missing.
+
+Output in --out (replaced whole on every run): gradebook.csv, canvas_import.csv (Canvas's gradebook import),
+moodle_import.csv (Moodle's CSV grade import), item_analysis.csv, manual_grading.csv (the open answers, to score by
+hand and merge back with --manual-scores) and feedback/<student>.md.
+
+No submission can stop the batch: links are not followed, FIFOs and devices not opened, files over 10 MB not read,
+reading one notebook is bounded in time and memory, and anything unforeseen is reported in that student's row.
+
+Exit codes:
+  0  every student's files were read and graded without problems
+  1  the outputs were written, but some rows have problems (see their status column)
+  2  usage error: bad arguments, a path that does not exist, no notebooks found, no assignment given
+  3  the output files could not be written
+  4  a course file is malformed: the assignment, a quiz file, the roster or the manual scores (the message names
+     the file and the field)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .assignment import Assignment, AssignmentError, ad_hoc_assignment, load_assignment
+from .files import quiz_names
+from .gradebook import ManualScoresError, grade_class, load_manual_scores, write_outputs
+from .model import QuizFormatError
+from .students import RosterError, discover, load_roster
+
+__all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "EXIT_OUTPUT", "EXIT_COURSE_FILE", "PROGRESS_MIN", "main"]
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_OUTPUT, EXIT_COURSE_FILE = 0, 1, 2, 3, 4
+PROGRESS_MIN = 50  # students; smaller batches finish before a progress bar would tell anyone anything
+EXAMPLE = ("python -m course_utils.grade submissions.zip --assignment quizzes/assignments/whole_course.toml "
+           "--roster roster.csv --out grading-output")
+
+
+def _parser() -> argparse.ArgumentParser:
+    doc = __doc__
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.grade", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=doc.split("\n\n", 1)[1].split("\nExit codes:")[0],
+        epilog="Exit codes:" + doc.split("Exit codes:")[1] + f"\nExample:\n  {EXAMPLE}")
+    parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
+                        help="folders (searched recursively), .zip files and .ipynb files")
+    parser.add_argument("--assignment", type=Path, metavar="FILE",
+                        help="the assignment file: which notebooks and quizzes, points, due date, late policy "
+                             "(example: quizzes/assignments/whole_course.toml)")
+    parser.add_argument("--quiz", action="append", metavar="NAME",
+                        help="instead of --assignment: grade this quiz, answered in the notebook of the same name "
+                             "(repeatable). Quizzes: " + ", ".join(quiz_names()))
+    parser.add_argument("--roster", type=Path, metavar="CSV",
+                        help="class list: student_id, and optionally name, login, email, canvas_id, section, aliases")
+    parser.add_argument("--manual-scores", type=Path, metavar="CSV",
+                        help="manual_grading.csv with its score column filled in, merged into the gradebook")
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
+                        help="folder for the gradebook, exports and feedback/ (created if missing)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help=f"no progress bar (one is shown on stderr for {PROGRESS_MIN} or more students)")
+    return parser
+
+
+def _load(args) -> Assignment:
+    if args.assignment is not None and args.quiz:
+        raise SystemExit("give --assignment or --quiz, not both")
+    if args.assignment is not None:
+        return load_assignment(args.assignment)
+    if args.quiz:
+        return ad_hoc_assignment(args.quiz)
+    raise SystemExit("say what to grade: --assignment FILE (example: quizzes/assignments/whole_course.toml) or "
+                     "--quiz NAME. Without one the grader would have to guess from the submissions, and one "
+                     "student could then change what the whole class is graded on.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the batch grader; returns the exit code documented in the module docstring."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_OK if e.code == 0 else EXIT_USAGE
+    try:
+        assignment = _load(args)
+        roster = load_roster(args.roster) if args.roster is not None else None
+    except SystemExit as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (AssignmentError, QuizFormatError, RosterError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_COURSE_FILE
+    keep_open: list = []
+    try:
+        try:
+            entries, unlisted = discover(args.submissions, keep_open)
+        except FileNotFoundError as e:
+            print(f"error: no such file or folder: {e.args[0]}", file=sys.stderr)
+            return EXIT_USAGE
+        if not entries and roster is None:
+            print("error: no .ipynb files found in " + ", ".join(args.submissions), file=sys.stderr)
+            return EXIT_USAGE
+        rows, unowned = grade_class(entries, assignment, roster, progress=not args.no_progress)
+    finally:
+        for zf in keep_open:
+            zf.close()
+    if args.manual_scores is not None:
+        try:
+            scores = load_manual_scores(args.manual_scores, assignment, {r.student.student_id for r in rows})
+        except ManualScoresError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_COURSE_FILE
+        for row in rows:
+            for ref in assignment.manual:
+                row.manual[ref] = scores.get((row.student.student_id, ref))
+    try:
+        write_outputs(args.out, rows, assignment)
+    except OSError as e:
+        print(f"error: could not write to {args.out}: {e}", file=sys.stderr)
+        return EXIT_OUTPUT
+    _summary(rows, unowned + unlisted, assignment, args.out, len(entries))
+    return EXIT_PROBLEMS if unowned or unlisted or any(r.problems for r in rows) else EXIT_OK
+
+
+def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> None:
+    bad = [r for r in rows if r.problems]
+    due = f"; due {assignment.due:%Y-%m-%d %H:%M %Z}" if assignment.due else ""
+    print(f"Assignment: {assignment.title}: {len(assignment.parts)} notebook(s), {len(assignment.questions)} "
+          f"auto-graded question(s), {assignment.max_points:g} points{due}")
+    print(f"Students: {len(rows)} ({sum(r.submitted for r in rows)} handed something in), {n_files} file(s) read; "
+          f"{len(rows) - len(bad)} ok, {len(bad)} with problems, {sum(r.late for r in rows)} late")
+    for line in unowned[:10]:
+        print(f"  not graded: {line}")
+    if len(unowned) > 10:
+        print(f"  ... and {len(unowned) - 10} more files not graded")
+    missing_manual = sum(v is None for r in rows for v in r.manual.values() if r.submitted)
+    if assignment.manual:
+        print(f"Hand grading: {len(assignment.manual)} open question(s); {missing_manual} score(s) still to give "
+              f"in manual_grading.csv (merge with --manual-scores)")
+    print(f"Wrote {out}/: gradebook.csv, canvas_import.csv, moodle_import.csv, item_analysis.csv, "
+          f"manual_grading.csv, feedback/ ({len(rows)} files)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

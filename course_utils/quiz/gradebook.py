@@ -1,0 +1,474 @@
+"""Grading a class: a student's files -> one row per student -> the gradebook, LMS exports, feedback, manual grading.
+
+`grade_class(entries, assignment, roster)` is pure apart from reading the entries; `write_outputs(...)` writes every
+file into a fresh folder and swaps it in, so a crash never leaves half a gradebook and a rerun replaces the old
+outputs whole (stale feedback files included).
+"""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import io
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .assignment import Assignment
+from .model import Question, Result, _plain
+from .source import Submission, read_notebook
+from .students import Entry, Roster, Student, printable
+
+__all__ = ["StudentRow", "ManualScoresError", "grade_class", "load_manual_scores", "write_outputs", "STATUS_LIMIT",
+           "OUTPUT_FILES"]
+
+STATUS_LIMIT = 300   # characters of the status column; the full list is in the student's feedback file
+OUTPUT_FILES = ("gradebook.csv", "canvas_import.csv", "moodle_import.csv", "item_analysis.csv",
+                "manual_grading.csv", "feedback")
+_STEM_CLEAN = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass
+class StudentRow:
+    """Everything the gradebook says about one student."""
+    student: Student
+    files: list[str] = field(default_factory=list)              # the files graded, one per notebook
+    results: dict[str, Result | None] = field(default_factory=dict)  # per auto-scored ref (None: notebook missing)
+    scores: dict[str, float] = field(default_factory=dict)      # per ref, in the assignment's points, after lateness
+    manual: dict[str, float | None] = field(default_factory=dict)
+    open_answers: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)              # not problems: superseded files, lateness
+    days_late: float = 0.0
+    late: bool = False
+    submitted: bool = False
+
+    @property
+    def total(self) -> float:
+        return sum(self.scores.values()) + sum(v for v in self.manual.values() if v is not None)
+
+    @property
+    def status(self) -> str:
+        """"ok", or the problems joined by semicolons, capped at STATUS_LIMIT characters with a count of the rest."""
+        if not self.problems:
+            return "ok"
+        shown, length = [], 0
+        for p in self.problems:
+            if length + len(p) + 2 > STATUS_LIMIT:
+                break
+            shown.append(p)
+            length += len(p) + 2
+        rest = len(self.problems) - len(shown)
+        if not shown:
+            return self.problems[0][:STATUS_LIMIT - 40] + f"… (+{rest - 1} more problems, see feedback)"
+        return "; ".join(shown) + (f"; (+{rest} more problems, see feedback)" if rest else "")
+
+
+# --------------------------------------------------------------------------------------------------------- grading
+
+def _notebook_for(entry: Entry, sub: Submission, assignment: Assignment) -> str | None:
+    """Which notebook of the assignment a file is: its course stamp, else its file name, else the quizzes it answers."""
+    stems = [p.notebook for p in assignment.parts]
+    stamped = sub.metadata.get("notebook")
+    if stamped in stems:
+        return stamped
+    clean = _STEM_CLEAN.sub("_", entry.stem.casefold())
+    named = [s for s in stems if _STEM_CLEAN.sub("_", s.casefold()) in clean]
+    if named:
+        return max(named, key=len)
+    owners = {assignment.notebook_of(f.ref.partition(".")[0]) for f in sub.answers} - {None}
+    return owners.pop() if len(owners) == 1 else None
+
+
+def _seed_for(student: Student, key: str | None, sub: Submission, problems: list[str]) -> str | None:
+    """The id a student's own numbers come from: setup(student=...) if it names this student, else their login."""
+    own = student.login or key or student.student_id
+    claimed = sub.setup_student
+    if claimed is None or claimed.casefold() in student.identities | ({key.casefold()} if key else set()):
+        return claimed or own
+    problems.append(f"{sub.name}: setup(student={printable(claimed, 40)!r}) names someone else; graded with this "
+                    "student's own numbers")
+    return own
+
+
+def _grade_student(student: Student, entries: list[Entry], assignment: Assignment) -> StudentRow:
+    row = StudentRow(student=student, submitted=bool(entries))
+    chosen: dict[str, tuple[Entry, Submission]] = {}
+    for entry in sorted(entries, key=lambda e: (e.submitted or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+                                                e.order, e.display)):
+        data = entry.read()
+        if isinstance(data, str):
+            row.problems.append(f"{entry.display}: {data}")
+            continue
+        sub = read_notebook(data, entry.display)
+        del data
+        if not sub.readable:
+            row.problems.append(f"{entry.display}: {'; '.join(sub.problems)}")
+            continue
+        notebook = _notebook_for(entry, sub, assignment)
+        if notebook is None:
+            row.problems.append(f"{entry.display}: not a notebook of this assignment (name it like "
+                                f"{assignment.parts[0].notebook}.ipynb)")
+            continue
+        if notebook in chosen:
+            row.notes.append(f"{chosen[notebook][0].display} was replaced by a later submission")
+        chosen[notebook] = (entry, sub)  # entries are sorted oldest first, so the latest wins
+    for part in assignment.parts:
+        if part.notebook not in chosen:
+            if entries:
+                row.problems.append(f"missing {part.notebook}")
+            for name in part.quizzes:
+                for q in assignment.quizzes[name].questions:
+                    if q.scored:
+                        row.results[q.ref], row.scores[q.ref] = None, 0.0
+            continue
+        entry, sub = chosen[part.notebook]
+        row.files.append(entry.display)
+        row.problems.extend(f"{entry.display}: {p}" for p in sub.problems)
+        factor, late_note = _lateness(entry, assignment, row)
+        if late_note:
+            row.notes.append(f"{part.notebook}: {late_note}")
+        _grade_part(row, part.quizzes, sub, assignment, _seed_for(student, entry.key, sub, row.problems), factor)
+    for ref in assignment.manual:
+        row.manual.setdefault(ref, None)
+    return row
+
+
+def _lateness(entry: Entry, assignment: Assignment, row: StudentRow) -> tuple[float, str]:
+    days = assignment.late.days_late(assignment.due, entry.submitted)
+    if days > 0 or entry.late_flag:
+        row.late = True
+        row.days_late = max(row.days_late, days)
+    return assignment.late.factor(days, entry.late_flag)
+
+
+def _grade_part(row: StudentRow, quiz_names: tuple[str, ...], sub: Submission, assignment: Assignment,
+                seed: str | None, factor: float) -> None:
+    by_ref: dict[str, list] = {}
+    for found in sub.answers:
+        by_ref.setdefault(found.ref, []).append(found)
+    mine = {f"{name}.{q.id}" for name in quiz_names for q in assignment.quizzes[name].questions}
+    extra = [ref for ref in by_ref if ref not in mine]
+    if extra:
+        shown = ", ".join(repr(printable(r, 60)) for r in extra[:3])
+        row.notes.append(f"{sub.name}: {len(extra)} answer(s) not part of this notebook's quizzes, not graded "
+                         f"({shown}{', ...' if len(extra) > 3 else ''})")
+    for name in quiz_names:
+        quiz = assignment.quizzes[name]
+        concrete = quiz.for_student(seed) if hasattr(quiz, "for_student") else quiz
+        for q in concrete.questions:
+            answers = by_ref.get(q.ref, [])
+            if not answers:
+                if q.scored:
+                    row.problems.append(f"no answer cell for {q.ref}")
+                    row.results[q.ref] = Result(ref=q.ref, kind=q.kind, status="unanswered", score=0.0,
+                                                points=q.points, feedback="No answer cell for this question was "
+                                                "found in the notebook.")
+                    row.scores[q.ref] = 0.0
+                continue
+            if len(answers) > 1:
+                row.notes.append(f"{q.ref} answered {len(answers)} times (the last one is graded)")
+            last = answers[-1]
+            if last.problem:
+                row.problems.append(f"{q.ref}: {last.problem}")
+                result = Result(ref=q.ref, kind=q.kind, status="unreadable", score=0.0, points=q.points,
+                                feedback=f"The grader could not read this answer: {last.problem}. It reads answer "
+                                         "cells without running them, so write the value itself, as a number or "
+                                         "in quotes.")
+            else:
+                result = concrete.grade(q.id, last.value)
+            if not q.scored:
+                if result.status == "recorded":
+                    row.open_answers[q.ref] = str(last.value)
+                continue
+            if result.status == "unanswered":
+                row.problems.append(f"{q.ref} not answered")
+            row.results[q.ref] = result
+            row.scores[q.ref] = factor * (result.score / q.points) * assignment.points_of(q.ref)
+
+
+def _stranger(entry: Entry, no_roster: bool, taken: set[str]) -> Student:
+    """A student known only from the layout; two raw keys that print alike still get two ids (and two rows)."""
+    key = printable(entry.key, 100)
+    if key in taken:
+        key = f"{key}-{hashlib.sha256(entry.key.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+    taken.add(key)
+    lms = entry.layout.endswith("lms")
+    return Student(student_id=key, name=printable(entry.name_hint, 100), in_roster=no_roster,
+                   login="" if lms else key, canvas_id=key if lms else "")
+
+
+def grade_class(entries: list[Entry], assignment: Assignment, roster: Roster | None,
+                progress: bool = False) -> tuple[list[StudentRow], list[str]]:
+    """One row per student (roster order, then students found only in the submissions), and files nobody owns."""
+    unowned: list[str] = []
+    groups: dict[str, tuple[Student, list[Entry]]] = {}
+    strangers: dict[str, Student] = {}  # raw layout key -> student, for students the roster does not know
+    if roster is not None:
+        for s in roster.students:
+            groups[s.student_id] = (s, [])
+    taken = set(groups)
+    for entry in entries:
+        if entry.key is None:
+            unowned.append(f"{entry.display}: cannot tell whose file this is (put it in a folder named after the "
+                           "student, or keep the LMS's file name)")
+            continue
+        student = roster.find(entry.key) if roster is not None else None
+        if student is None:
+            student = strangers.get(entry.key) or _stranger(entry, roster is None, taken)
+            strangers[entry.key] = student
+        groups.setdefault(student.student_id, (student, []))[1].append(entry)
+    rows = []
+    from tqdm import tqdm
+
+    for student, mine in tqdm(groups.values(), desc="grading", unit="student", file=sys.stderr,
+                              disable=not progress or len(groups) < 50):
+        try:
+            row = _grade_student(student, mine, assignment)
+        except Exception as e:  # noqa: BLE001 - one student's files must never stop the class
+            row = StudentRow(student=student, submitted=bool(mine))
+            row.problems.append(f"the grader failed on these files ({type(e).__name__}); not graded, grade by hand")
+            for q in assignment.questions:
+                row.results[q.ref], row.scores[q.ref] = None, 0.0
+        if not student.in_roster and roster is not None:
+            row.problems.insert(0, "not in the roster")
+        if not mine:
+            row.problems.insert(0, "no submission")
+        rows.append(row)
+    return rows, unowned
+
+
+# --------------------------------------------------------------------------------------------------- manual scores
+
+class ManualScoresError(ValueError):
+    """A file of hand-given scores that cannot be merged; the message names the file, line and column."""
+
+
+def load_manual_scores(path: str | Path, assignment: Assignment, student_ids: set[str]) -> dict[tuple[str, str],
+                                                                                                 float]:
+    """(student_id, question) -> score from a filled-in manual_grading.csv; blank scores are left out."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()[:20 * 1024 * 1024]
+        text = raw.decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManualScoresError(f"{path}: cannot be read as UTF-8 text ({e})") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    need = {"student_id", "question", "score"}
+    if not need <= set(reader.fieldnames or []):
+        raise ManualScoresError(f"{path}: line 1: needs the columns student_id, question and score "
+                                "(the manual_grading.csv the grader wrote, with the score column filled in)")
+    scores = {}
+    for line, row in enumerate(reader, start=2):
+        sid, ref, value = (row.get(k) or "" for k in ("student_id", "question", "score"))
+        sid = sid.lstrip("'")  # written with a leading ' where it started like a formula
+        if not value.strip():
+            continue
+        if ref not in assignment.manual:
+            raise ManualScoresError(f"{path}: line {line}: column question: {ref!r} is not a [manual] item of the "
+                                    f"assignment ({', '.join(assignment.manual) or 'none'})")
+        if sid not in student_ids:
+            raise ManualScoresError(f"{path}: line {line}: column student_id: {sid!r} is not a student of this batch")
+        try:
+            score = float(value.replace(",", "."))
+        except ValueError:
+            raise ManualScoresError(f"{path}: line {line}: column score: {value!r} is not a number") from None
+        if not 0 <= score <= assignment.manual[ref]:
+            raise ManualScoresError(f"{path}: line {line}: column score: {score:g} is outside 0 to "
+                                    f"{assignment.manual[ref]:g} for {ref}")
+        if (sid, ref) in scores:
+            raise ManualScoresError(f"{path}: line {line}: {sid} / {ref} is scored twice")
+        scores[(sid, ref)] = score
+    return scores
+
+
+# --------------------------------------------------------------------------------------------------------- writing
+
+def _cell(value) -> str:
+    """A CSV field no spreadsheet runs as a formula: text starting with = + - @ (or a tab or CR) gets a leading '."""
+    text = value if isinstance(value, str) else _num(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") and not _is_number(text) else text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _num(x: float) -> str:
+    return f"{round(x, 4):g}"
+
+
+def _csv(rows) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\r\n").writerows([[_cell(v) for v in row] for row in rows])
+    return buffer.getvalue()
+
+
+def gradebook_csv(rows: list[StudentRow], assignment: Assignment) -> str:
+    refs = [q.ref for q in assignment.questions]
+    manual = list(assignment.manual)
+    out = [["student_id", "name", "login", "email", "status", "late", "days_late", "files", *refs,
+            *(f"{r} (manual)" for r in manual), "total", "max", "percent"]]
+    maximum = assignment.max_points
+    for r in rows:
+        s = r.student
+        out.append([s.student_id, s.name, s.login, s.email, r.status, "yes" if r.late else "no",
+                    f"{r.days_late:.2f}", " | ".join(r.files), *(r.scores.get(ref, 0.0) for ref in refs),
+                    *("" if r.manual.get(ref) is None else r.manual[ref] for ref in manual), r.total, maximum,
+                    f"{100 * r.total / maximum:.1f}" if maximum else ""])
+    return _csv(out)
+
+
+def canvas_csv(rows: list[StudentRow], assignment: Assignment) -> str:
+    """Canvas's gradebook import: Student, ID, SIS User ID, SIS Login ID, Section, then one assignment column."""
+    column = assignment.title
+    out = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column],
+           ["Points Possible", "", "", "", "", assignment.max_points]]
+    for r in rows:
+        s = r.student
+        if not s.in_roster and s.canvas_id == "":
+            continue  # Canvas could not match the row; it stays in gradebook.csv, flagged "not in the roster"
+        out.append([s.name or s.student_id, s.canvas_id, s.student_id, s.login, s.section, r.total])
+    return _csv(out)
+
+
+def moodle_csv(rows: list[StudentRow], assignment: Assignment) -> str:
+    """Moodle's "Import grades from CSV file": an identity column to map users by, a grade column, feedback."""
+    out = [["Username", "ID number", "Email address", "Full name", assignment.title, "Feedback"]]
+    for r in rows:
+        s = r.student
+        if not s.in_roster:
+            continue  # Moodle could not match the row either; see gradebook.csv
+        out.append([s.login, s.student_id, s.email, s.name, r.total, r.status])
+    return _csv(out)
+
+
+def item_analysis_csv(rows: list[StudentRow], assignment: Assignment) -> str:
+    """Per question over the students who handed in its notebook: share correct, responses, discrimination."""
+    out = [["question", "kind", "points", "section", "students", "answered", "correct", "share_correct",
+            "responses", "most_common_wrong", "discrimination"]]
+    for q in assignment.questions:
+        graded = [(r, r.results[q.ref]) for r in rows if r.results.get(q.ref) is not None]
+        answered = [res for _, res in graded if res.answered]
+        correct = sum(res.correct for _, res in graded)
+        counts = Counter(res.response for res in answered)
+        wrong = Counter(res.response for res in answered if not res.correct).most_common(1)
+        if q.kind == "choice":
+            responses = "; ".join(f"{c.label}={counts.get(c.label, 0)}" for c in q.choices)
+        else:
+            responses = "; ".join(f"{printable(v, 30)}={n}" for v, n in counts.most_common(5))
+        item = [float(res.correct) for _, res in graded]
+        rest = [r.total - r.scores.get(q.ref, 0.0) for r, _ in graded]
+        try:
+            discrimination = f"{statistics.correlation(item, rest):.3f}"
+        except statistics.StatisticsError:
+            discrimination = ""
+        out.append([q.ref, q.kind, assignment.points_of(q.ref), q.section, str(len(graded)), str(len(answered)),
+                    str(correct), f"{correct / len(graded):.3f}" if graded else "", responses,
+                    f"{printable(wrong[0][0], 30)} ({wrong[0][1]})" if wrong else "", discrimination])
+    return _csv(out)
+
+
+def manual_grading_csv(rows: list[StudentRow], assignment: Assignment) -> str:
+    """Every open answer, with the prompt and rubric beside it and a blank score for the grader to fill in."""
+    out = [["student_id", "name", "question", "points", "score", "comment", "answer", "prompt", "rubric"]]
+    for q in assignment.open_questions:
+        rubric = " | ".join(_plain(p) for p in q.rubric) if q.rubric else ""
+        for r in rows:
+            if q.ref not in r.open_answers:
+                continue
+            out.append([r.student.student_id, r.student.name, q.ref,
+                        assignment.manual.get(q.ref, 0.0) if q.ref in assignment.manual else "not scored",
+                        "" if r.manual.get(q.ref) is None else r.manual[q.ref], "",
+                        r.open_answers[q.ref][:5000], _plain(q.prompt), rubric])
+    return _csv(out)
+
+
+def feedback_markdown(row: StudentRow, assignment: Assignment) -> str:
+    s = row.student
+    lines = [f"# Feedback: {s.name or s.student_id} ({s.student_id})", "", f"Assignment: {assignment.title}", "",
+             f"Score: {_num(row.total)} / {_num(assignment.max_points)}", ""]
+    if row.files:
+        lines += ["Files graded:", *(f"- {f}" for f in row.files), ""]
+    if row.problems or row.notes:
+        lines += ["Notes:", *(f"- {p}" for p in [*row.problems, *row.notes]), ""]
+    for q in assignment.questions:
+        res = row.results.get(q.ref)
+        if res is None:
+            lines += [f"## {q.ref}: notebook not handed in", ""]
+            continue
+        lines += [f"## {q.ref} ({_num(row.scores[q.ref])}/{_num(assignment.points_of(q.ref))}): {res.status}", "",
+                  res.feedback, ""]
+        if res.explanation:
+            lines += [f"Explanation: {res.explanation}", ""]
+    for ref, text in row.open_answers.items():
+        score = row.manual.get(ref)
+        head = (f"{_num(score)}/{_num(assignment.manual[ref])}, graded by hand" if score is not None
+                else "graded by hand" if ref in assignment.manual else "not scored")
+        lines += [f"## {ref} (open, {head})", "", text[:2000], ""]
+    return "\n".join(lines)
+
+
+def _feedback_names(rows: list[StudentRow]) -> list[str]:
+    """A distinct file name per student, the same on every file system (case and unsafe characters folded)."""
+    names, used = [], set()
+    for r in rows:
+        sid = r.student.student_id
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "_", sid).strip("._")[:80] or "student"
+        name = stem
+        if name.casefold() in used or stem != sid:
+            name = f"{stem}-{hashlib.sha256(sid.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+        n = 1
+        while name.casefold() in used:
+            n += 1
+            name = f"{stem}-{n}"
+        used.add(name.casefold())
+        names.append(f"{name}.md")
+    return names
+
+
+def _write(path: Path, data: bytes, sync: bool = True) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        if sync:  # the CSVs reach the disk before they are renamed into place; feedback files are many and small
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_outputs(out: Path, rows: list[StudentRow], assignment: Assignment) -> dict[str, Path]:
+    """Write every output into a new folder inside `out`, then move each into place; returns what was written."""
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out, prefix=".grading-"))
+    try:
+        texts = {"gradebook.csv": gradebook_csv(rows, assignment), "canvas_import.csv": canvas_csv(rows, assignment),
+                 "moodle_import.csv": moodle_csv(rows, assignment),
+                 "item_analysis.csv": item_analysis_csv(rows, assignment),
+                 "manual_grading.csv": manual_grading_csv(rows, assignment)}
+        for name, text in texts.items():
+            # UTF-8 with a byte-order mark: Excel then reads accents right; Canvas, Moodle and csv readers accept it.
+            _write(stage / name, text.encode("utf-8-sig"))
+        (stage / "feedback").mkdir()
+        for row, name in zip(rows, _feedback_names(rows)):
+            _write(stage / "feedback" / name, feedback_markdown(row, assignment).encode("utf-8"), sync=False)
+        for name in texts:
+            os.replace(stage / name, out / name)
+        old = out / "feedback"
+        if old.is_symlink() or old.is_file():
+            old.unlink()
+        if old.exists():
+            trash = stage / "old-feedback"
+            os.replace(old, trash)
+        os.replace(stage / "feedback", old)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return {name: out / name for name in OUTPUT_FILES}
