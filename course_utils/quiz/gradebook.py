@@ -291,17 +291,12 @@ def load_manual_scores(path: str | Path, assignment: Assignment, student_ids: se
 # --------------------------------------------------------------------------------------------------------- writing
 
 def _cell(value) -> str:
-    """A CSV field no spreadsheet runs as a formula: text starting with = + - @ (or a tab or CR) gets a leading '."""
-    text = value if isinstance(value, str) else _num(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") and not _is_number(text) else text
+    """A CSV field no spreadsheet runs as a formula: text starting with = + - @ (or a tab or CR) gets a leading '.
 
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
+    Numbers (scores, totals) are written as they are; they are never negative."""
+    if not isinstance(value, str):
+        return _num(value)
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
 def _num(x: float) -> str:
