@@ -17,15 +17,20 @@ __all__ = ["setup", "check_environment", "EnvironmentReport"]
 FIX = 'pip install -e ".[test]"   (from the course folder), then restart JupyterLab and the kernel'
 
 
-def setup(seed: int = 0, threads: int | None = 1) -> "torch.Generator":
+def setup(seed: int = 0, threads: int | None = 1, student: str | None = None) -> "torch.Generator":
     """Seed Python, NumPy and PyTorch once per notebook; returns a torch.Generator seeded with `seed`.
 
     One torch thread by default: the course's models are tiny, and on a busy 2-core machine two threads block each
     other (a 200-layer stack of small ops ran 100x slower). threads=None leaves PyTorch's choice.
+    `student` (your login, e.g. "jdoe") gives the quizzes' calculations your own numbers; without it they use
+    $JUPYTERHUB_USER, else the chapter's numbers.
     """
     import numpy as np
     import torch
 
+    from .quiz.notebook import set_student
+
+    set_student(student)  # first, so that a bad id fails before anything is seeded
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from conftest import ROOT
-from course_utils import quiz as quiz_module
+from course_utils.quiz import notebook as quiz_notebook
 from course_utils.quiz import (QuizFormatError, Result, UnknownQuizError, answer, load_quiz, markdown_html,
                                quiz_names, reveal, score_summary)
 
@@ -28,7 +28,10 @@ MISTAKES = [(q, m) for q in QUESTIONS for m in q.mistakes]
 
 @pytest.fixture(autouse=True)
 def _fresh_session(monkeypatch):
-    monkeypatch.setattr(quiz_module, "_SESSION", {})
+    """No answers recorded and no student id: every test sees the chapter's own numbers."""
+    monkeypatch.setattr(quiz_notebook, "_SESSION", {})
+    monkeypatch.setattr(quiz_notebook, "_STUDENT", None)
+    monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
 
 
 # ------------------------------------------------------------------------------------------------------- the files
@@ -299,7 +302,7 @@ def test_unknown_quiz_or_question_names_what_exists():
 def test_grading_is_pure():
     quiz = load_quiz("chapter_2_4")
     first = quiz.grade("q5", "2.5")
-    assert quiz.grade("q5", "2.5") == first and quiz_module._SESSION == {}
+    assert quiz.grade("q5", "2.5") == first and quiz_notebook._SESSION == {}
 
 
 # ------------------------------------------------------------------------------------------------------- notebooks
@@ -311,13 +314,29 @@ def test_answer_shows_the_feedback_once_and_records_it(capsys):
     assert result.correct and "chapter_2_4.q5" in repr(result)
     html = result._repr_html_()
     assert "Explanation" in html and "$\\mu = (1+2+3+4)/4" in html
-    assert quiz_module._SESSION["chapter_2_4.q5"] is result
+    assert quiz_notebook._SESSION["chapter_2_4.q5"] is result
 
 
 def test_answer_with_ellipsis_is_a_gentle_prompt(capsys):
     result = answer("chapter_2_4.q6", ...)
     assert result.status == "unanswered" and result.score == 0 and "Not answered yet" in capsys.readouterr().out
-    assert quiz_module._SESSION == {}
+    assert quiz_notebook._SESSION == {}
+
+
+def test_an_unanswered_cell_shows_its_question_above_how_to_answer(capsys):
+    q = load_quiz("chapter_2_4").question("q4")
+    result = answer(q.ref, ...)
+    text = repr(result)
+    assert text.index(_plain_text(q.prompt)) < text.index("To answer, give the letter of one choice")
+    assert all(f"({c.label}) {_plain_text(c.text)}" in text for c in q.choices)
+    html = result._repr_html_()
+    assert markdown_html(q.prompt) in html and "<p><b>(b)</b> The learned scale $\\gamma$" in html
+    assert html.index("<b>(d)</b>") < html.index("To answer")
+    assert answer("chapter_2_4.q5", "2.5").prompt == ""  # once answered, the feedback takes its place
+
+
+def _plain_text(text):
+    return re.sub(r"(?<!\n)\n(?!\n)", " ", text)
 
 
 def test_open_answers_are_recorded_never_scored_and_revealed_on_request(capsys):
@@ -355,7 +374,7 @@ def test_widgets_grade_on_click_and_keep_a_running_score():
     q1, q5, q7 = view.controls["q1"], view.controls["q5"], view.controls["q7"]
     assert "0 / 8 points" in view.score.value
     q1.check.click()
-    assert "Not answered yet" in q1.feedback.value
+    assert "Not answered yet" in q1.feedback.value and "BatchNorm" not in q1.feedback.value  # asked just above
     q1.input.value = "b"
     q1.check.click()
     assert "Correct" in q1.feedback.value and "Explanation" in q1.feedback.value
@@ -365,7 +384,7 @@ def test_widgets_grade_on_click_and_keep_a_running_score():
     q7.check.click()
     assert "mean of the squares" in q7.feedback.value
     assert "2 / 8 points" in view.score.value and "3 of 8 answered" in view.score.value
-    assert set(quiz_module._SESSION) == {"chapter_2_4.q1", "chapter_2_4.q5", "chapter_2_4.q7"}
+    assert set(quiz_notebook._SESSION) == {"chapter_2_4.q1", "chapter_2_4.q5", "chapter_2_4.q7"}
 
 
 def test_open_items_in_widgets_reveal_the_model_answer_only_on_request():

@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="manual_grading.csv with its score column filled in, merged into the gradebook")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="folder for the gradebook, exports and feedback/ (created if missing)")
+    parser.add_argument("--file-times", action="store_true",
+                        help="date a notebook that has no nbgrader timestamp.txt by its modification time (home "
+                             "folders copied with their times kept, e.g. rsync -a); off by default, since a plain "
+                             "copy sets every time to now")
     parser.add_argument("--no-progress", action="store_true",
                         help=f"no progress bar (one is shown on stderr for {PROGRESS_MIN} or more students)")
     return parser
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     keep_open: list = []
     try:
         try:
-            entries, unlisted = discover(args.submissions, keep_open)
+            entries, unlisted = discover(args.submissions, keep_open, file_times=args.file_times)
         except FileNotFoundError as e:
             print(f"error: no such file or folder: {e.args[0]}", file=sys.stderr)
             return EXIT_USAGE

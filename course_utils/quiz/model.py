@@ -1,17 +1,26 @@
 """Quiz items and pure grading: the data classes read from quizzes/*.toml and the functions that grade one response.
 
 Nothing here touches files, widgets or notebooks: `Quiz.grade(question_id, response)` is a pure function of the key
-and the response, used alike by `answer()` in a notebook and by the batch grader.
+and the response, used alike by `answer()` in a notebook and by the batch grader. A parameterised item's numbers are
+drawn per student (`Quiz.for_student`) and its formulas evaluated by walking their `ast`, never by running them.
 """
 from __future__ import annotations
 
+import ast
+import hashlib
+import html
+import itertools
 import math
 import numbers
+import operator
+import random
 import re
 import reprlib
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import cached_property, lru_cache
 from typing import Any
 
 KINDS = ("choice", "numeric", "open")
@@ -19,12 +28,14 @@ KINDS = ("choice", "numeric", "open")
 MAX_RESPONSE_CHARS = {"choice": 2_000, "numeric": 200, "open": 20_000}
 # A mistake's value matches within this relative tolerance unless its entry sets `tolerance`.
 MISTAKE_REL_TOL = 5e-3
+# A student's numbers are re-drawn (deterministically) while they make a mistake collide with the key or with another
+# mistake; after this many draws the item falls back to its defaults, which the loader has checked.
+MAX_DRAWS = 64
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _LABEL = re.compile(r"\(?([a-z])[).:]?")
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 60
 _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
-
 
 
 class QuizFormatError(ValueError):
@@ -36,6 +47,10 @@ class UnknownQuizError(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class FormulaError(ValueError):
+    """A formula outside the arithmetic quiz files may use, or one without a finite value at the given numbers."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +76,78 @@ class Mistake:
 
 
 @dataclass(frozen=True)
+class Param:
+    """One per-student number of a parameterised item: a value on the grid min, min + step, ... <= max."""
+    name: str
+    min: int | float
+    max: int | float
+    step: int | float
+    default: int | float
+
+    @property
+    def size(self) -> int:
+        """How many values the grid holds."""
+        return int((Decimal(repr(self.max)) - Decimal(repr(self.min))) // Decimal(repr(self.step))) + 1
+
+    def value(self, k: int) -> int | float:
+        """The k-th grid value, computed in decimal so that 0.1 steps give 0.3, not 0.30000000000000004."""
+        exact = Decimal(repr(self.min)) + k * Decimal(repr(self.step))
+        integer = all(isinstance(v, int) for v in (self.min, self.step))
+        return int(exact) if integer else float(exact)
+
+
+@dataclass(frozen=True)
+class Template:
+    """A parameterised item as its file writes it: formulas over the parameters, and texts with placeholders.
+
+    `mask` is set in a keyless release only: one bit per parameter tuple (row-major over the grids), set where the
+    full quiz hands that tuple out. It lets the release draw a student's numbers exactly as the grader does without
+    the key formulas that decide which draws collide.
+    """
+    params: tuple[Param, ...]
+    prompt: str
+    explanation: str = ""
+    answer: str | None = None  # the key's formula; None in a keyless release
+    mistakes: tuple[tuple[str, str, float | None], ...] = ()  # (value formula, feedback, tolerance)
+    mask: bytes | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The parameter names, in file order."""
+        return tuple(p.name for p in self.params)
+
+    @property
+    def defaults(self) -> tuple[int | float, ...]:
+        """The chapter's own numbers, used without a student id."""
+        return tuple(p.default for p in self.params)
+
+    @property
+    def grid_size(self) -> int:
+        """How many parameter tuples the grids span."""
+        return math.prod(p.size for p in self.params)
+
+    def flat_index(self, indices: tuple[int, ...]) -> int:
+        """The position of a tuple of grid indices in row-major order (the mask's bit order)."""
+        flat = 0
+        for p, k in zip(self.params, indices):
+            flat = flat * p.size + k
+        return flat
+
+    @cached_property
+    def text_formulas(self) -> tuple[str, ...]:
+        """The `{=formula}` placeholders of the prompt, explanation and mistake feedback."""
+        texts = [self.prompt, self.explanation, *(feedback for _, feedback, _ in self.mistakes)]
+        return tuple(dict.fromkeys(f for text in texts for f in placeholders(text)[1]))
+
+
+@dataclass(frozen=True)
 class Question:
-    """One quiz item as read from its file; `answer` is the key (a choice label or a number, None for open items)."""
+    """One quiz item as read from its file; `answer` is the key (a choice label or a number, None for open items).
+
+    A parameterised item (`template` set) holds its formulas in `template` and, in the other fields, the item made
+    concrete at `values`: the defaults as loaded, a student's numbers after `for_student`. In a keyless release
+    `answer` is None for every item.
+    """
     quiz: str
     id: str
     kind: str
@@ -78,6 +163,9 @@ class Question:
     mistakes: tuple[Mistake, ...] = ()
     model_answer: str = ""
     rubric: tuple[str, ...] = ()
+    template: Template | None = None
+    values: tuple[tuple[str, int | float], ...] = ()
+    student: str | None = None
 
     @property
     def ref(self) -> str:
@@ -88,6 +176,11 @@ class Question:
     def scored(self) -> bool:
         """Open items are never auto-scored."""
         return self.kind != "open"
+
+    @property
+    def parameterised(self) -> bool:
+        """Whether each student gets their own numbers."""
+        return self.template is not None
 
     @property
     def expected_form(self) -> str:
@@ -106,20 +199,122 @@ class Question:
             return abs(x - self.answer) <= 0.5 * 10.0 ** -self.decimals * (1 + 1e-9)
         return math.isclose(x, self.answer, rel_tol=self.rel_tolerance or 0.0, abs_tol=self.tolerance or 0.0)
 
+    def with_values(self, values: Mapping[str, int | float], student: str | None = None) -> Question:
+        """This item made concrete at `values`; raises FormulaError where a formula has no finite value there."""
+        t = self.template
+        env = {name: float(values[name]) for name in t.names}
+        shown = {name: _show(values[name]) for name in t.names}
+        key = None
+        if t.answer is not None:
+            key = evaluate(t.answer, env)
+            if self.decimals is not None:
+                key = round(key, self.decimals)
+            shown["answer"] = f"{key:.{self.decimals}f}" if self.decimals is not None else _show(key)
+        prompt = render(t.prompt, shown, env)
+        if student is not None:
+            listed = ", ".join(f"{name} = {shown[name]}" for name in t.names)
+            prompt += f"\n\nYour numbers (student {student}): {listed}."
+        mistakes = tuple(Mistake(value=evaluate(formula, env), feedback=render(feedback, shown, env), tolerance=tol)
+                         for formula, feedback, tol in t.mistakes)
+        return replace(self, prompt=prompt, explanation=render(t.explanation, shown, env), answer=key,
+                       mistakes=mistakes, values=tuple((name, values[name]) for name in t.names), student=student)
+
+    def collisions(self) -> list[str]:
+        """Why this concrete item cannot be handed out: mistakes that grade as the key, or as each other."""
+        if self.answer is None:
+            return []
+        found = [f"mistake {m.value:g} overlaps the key {self.answer:g}" for m in self.mistakes
+                 if self.is_key(m.value) or m.matches(self.answer)]
+        found += [f"mistakes {a.value:g} and {b.value:g} overlap" for a, b in itertools.combinations(self.mistakes, 2)
+                  if a.matches(b.value) or b.matches(a.value)]
+        return found
+
+    def accepts(self, indices: tuple[int, ...]) -> bool:
+        """Whether the parameter tuple at these grid indices is handed out: every formula finite, every hint distinct.
+
+        Two mistakes may coincide at the chapter's own numbers (3.5 is both the mean and the RMS to one decimal);
+        a student's numbers keep each hint distinct. A keyless release reads the decision from its mask.
+        """
+        t = self.template
+        if t.mask is not None:
+            flat = t.flat_index(indices)
+            return bool(t.mask[flat >> 3] >> (flat & 7) & 1)
+        env = {p.name: float(p.value(k)) for p, k in zip(t.params, indices)}
+        try:
+            for formula in t.text_formulas:
+                evaluate(formula, env)
+            key = evaluate(t.answer, env) if t.answer is not None else None
+            if key is not None and self.decimals is not None:
+                key = round(key, self.decimals)
+            mistakes = tuple(Mistake(value=evaluate(formula, env), feedback="", tolerance=tol)
+                             for formula, _, tol in t.mistakes)
+        except FormulaError:
+            return False
+        return not replace(self, answer=key, mistakes=mistakes).collisions()
+
+    def grid_mask(self) -> bytes:
+        """One bit per parameter tuple, set where `accepts` hands it out: what a keyless release carries."""
+        t = self.template
+        bits = bytearray((t.grid_size + 7) // 8)
+        for flat, indices in enumerate(itertools.product(*(range(p.size) for p in t.params))):
+            if self.accepts(indices):
+                bits[flat >> 3] |= 1 << (flat & 7)
+        return bytes(bits)
+
+    def for_student(self, student_id: str | None) -> Question:
+        """This item with `student_id`'s numbers (None: the defaults); the same id always gets the same numbers."""
+        if self.template is None:
+            return self
+        t = self.template
+        chapter = self.with_values(dict(zip(t.names, t.defaults)))
+        if student_id is None:
+            return chapter
+        seed = hashlib.sha256(f"{student_id}|{self.ref}".encode()).digest()
+        rng = random.Random(int.from_bytes(seed, "big"))
+        for _ in range(MAX_DRAWS):
+            indices = tuple(rng.randrange(p.size) for p in t.params)
+            if self.accepts(indices):
+                mine = self.with_values({p.name: p.value(k) for p, k in zip(t.params, indices)}, student_id)
+                return mine._with_chapter_hint(chapter.answer)
+        return self.with_values(dict(zip(t.names, t.defaults)), student_id)
+
+    def _with_chapter_hint(self, chapter_key: float | None) -> Question:
+        """This student's item, with a hint for the key of the chapter's own numbers where it is a distinct value.
+
+        A learner who ran the notebook without a student id saw, and answered, the chapter's numbers.
+        """
+        if chapter_key is None:
+            return self
+        hint = Mistake(value=chapter_key, feedback=(
+            "That is the answer for the chapter's example numbers; yours are " +
+            ", ".join(f"{name} = {_show(v)}" for name, v in self.values) + ". If the question showed you the "
+            'chapter\'s numbers, the notebook had no student id: put `setup(seed=0, student="your login")` in its '
+            "setup cell and answer again."))
+        if self.is_key(chapter_key) or hint.matches(self.answer) or any(
+                m.matches(chapter_key) or hint.matches(m.value) for m in self.mistakes):
+            return self
+        return replace(self, mistakes=(*self.mistakes, hint))
+
 
 @dataclass(frozen=True, repr=False)
 class Result:
-    """The outcome of grading one response; it displays (as text or HTML) as its feedback and explanation."""
+    """The outcome of grading one response; it displays (as text or HTML) as its feedback and explanation.
+
+    An unanswered Result also carries the question (`prompt`, and `choices` as (label, text) pairs), so that an
+    answer cell run before it is answered shows the learner what it asks.
+    """
     ref: str
     kind: str
     # "correct", "wrong", "unreadable" (not in the expected form), "unanswered" (None, "" or ...) or "recorded"
-    # (an open item's text, never scored).
+    # (an open item's text, or any answer to a keyless quiz: never scored here).
     status: str
     score: float
     points: float
     feedback: str
     explanation: str = ""
     response: str = ""  # how the grader read the response, e.g. "b" or "1.25"; the item analysis counts these
+    prompt: str = ""
+    choices: tuple[tuple[str, str], ...] = ()
 
     @property
     def correct(self) -> bool:
@@ -134,11 +329,16 @@ class Result:
     def _headline(self) -> str:
         marks = {"correct": "✓ Correct", "wrong": "✗ Not quite", "unreadable": "? Could not read this answer",
                  "unanswered": "… Not answered yet", "recorded": "✎ Recorded"}
-        scored = f" ({_fmt(self.score)}/{_fmt(self.points)})" if self.kind != "open" else ""
+        # Open items and recorded (keyless) answers are not scored, and their line must not hint otherwise.
+        unscored = self.kind == "open" or self.status == "recorded"
+        scored = "" if unscored else f" ({_fmt(self.score)}/{_fmt(self.points)})"
         return f"{marks[self.status]}{scored} · {self.ref}"
 
     def __repr__(self) -> str:
-        lines = [self._headline(), self.feedback]
+        lines = [self._headline()]
+        if self.prompt:
+            lines += [self.prompt, *(f"({label}) {text}" for label, text in self.choices)]
+        lines.append(self.feedback)
         if self.explanation:
             lines.append(f"Explanation: {self.explanation}")
         return "\n".join(_plain(line) for line in lines)
@@ -146,25 +346,36 @@ class Result:
     def _repr_html_(self) -> str:
         # Blue and orange stay distinct under the common colour-vision deficiencies; the mark repeats the verdict.
         colour = {"correct": "#0072B2", "wrong": "#D55E00", "recorded": "#0072B2"}.get(self.status, "#777777")
+        question = ""
+        if self.prompt:
+            choices = "".join(f"<p><b>({html.escape(label)})</b> {_inline(text)}</p>" for label, text in self.choices)
+            question = f"<div>{markdown_html(self.prompt)}{choices}</div>"
         explanation = (f"<div><b>Explanation.</b> {markdown_html(self.explanation)}</div>"
                        if self.explanation else "")
         return (f'<div style="border-left:4px solid {colour};padding:4px 10px;margin:4px 0">'
                 f'<div style="color:{colour};font-weight:bold">{html.escape(self._headline())}</div>'
-                f"<div>{markdown_html(self.feedback)}</div>{explanation}</div>")
-
+                f"{question}<div>{markdown_html(self.feedback)}</div>{explanation}</div>")
 
 
 @dataclass(frozen=True)
 class Quiz:
-    """A named list of questions; grade() is pure, show() builds the widgets."""
+    """A named list of questions; grade() is pure, show() builds the widgets.
+
+    `keyless` marks the student release's copy: no keys, and grade() only checks the form of a response. `student`
+    is whose numbers the parameterised items carry (None: the chapter's own).
+    """
     name: str
     title: str
     questions: tuple[Question, ...]
     about: str = ""
+    keyless: bool = False
+    student: str | None = None
     _by_id: dict[str, Question] = field(init=False, repr=False, compare=False)
+    _students: dict[str, Quiz] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_id", {q.id: q for q in self.questions})
+        object.__setattr__(self, "_students", {})
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -176,6 +387,11 @@ class Quiz:
         """Total points of the auto-scored items."""
         return sum(q.points for q in self.questions if q.scored)
 
+    @property
+    def parameterised(self) -> bool:
+        """Whether any item gives each student their own numbers."""
+        return any(q.parameterised for q in self.questions)
+
     def question(self, question_id: str) -> Question:
         """The question with this id; an unknown id raises UnknownQuizError naming the ids that exist."""
         try:
@@ -184,20 +400,169 @@ class Quiz:
             raise UnknownQuizError(f"quiz {self.name!r} has no question {question_id!r}; "
                                    f"its questions are {', '.join(self.ids)}") from None
 
+    def for_student(self, student_id: str | None) -> Quiz:
+        """This quiz with `student_id`'s numbers in its parameterised items (None: the defaults); else itself."""
+        if not self.parameterised or student_id == self.student:
+            return self
+        key = "" if student_id is None else f"id:{student_id}"
+        if key not in self._students:
+            if len(self._students) > 4096:  # a grader walks a whole class through one Quiz; keep the memory bounded
+                self._students.clear()
+            self._students[key] = replace(self, questions=tuple(q.for_student(student_id) for q in self.questions),
+                                          student=student_id)
+        return self._students[key]
+
     def grade(self, question_id: str, response: Any) -> Result:
         """Grade one response against the key; never raises for any response, has no side effects."""
         q = self.question(question_id)
         try:
-            return _grade(q, response)
+            return _grade(q, response, self.keyless)
         except Exception:  # noqa: BLE001 - a response must never crash grading; this is the last line of defence
             return _result(q, "unreadable", f"This answer could not be read. Give {q.expected_form}.")
 
     def show(self):
-        """Build the quiz as an ipywidgets VBox; `.controls[qid]` holds each item's widgets, `.score` the score line."""
-        from .notebook import build_view  # widgets load only when a quiz is shown
+        """Build the quiz as an ipywidgets VBox; `.controls[qid]` holds each item's widgets, `.score` the score line.
 
-        return build_view(self)
+        A quiz straight from load_quiz() shows the numbers of `current_student()`; one from for_student() its own.
+        """
+        from .notebook import build_view, current_student  # widgets load only when a quiz is shown
 
+        return build_view(self if self.student is not None else self.for_student(current_student()))
+
+
+# ---------------------------------------------------------------------------------------------------------- formulas
+# A formula is arithmetic on numbers and parameter names: + - * / **, unary minus, and the functions below. It is
+# read with `ast` and evaluated by walking the tree in floating point: nothing is compiled, imported or executed, and
+# every cost is bounded (length, node count, exponent size), so a hostile quiz file fails at load time, at once.
+MAX_FORMULA_CHARS = 400
+MAX_FORMULA_NODES = 200
+MAX_EXPONENT = 1_000  # float powers cost nothing, but `9**9**9` must fail at once instead of overflowing late
+
+
+def _power(base: float, exponent: float) -> float:
+    if abs(exponent) > MAX_EXPONENT:
+        raise FormulaError(f"the exponent {exponent:g} is larger than {MAX_EXPONENT}")
+    try:
+        value = base ** exponent
+    except (OverflowError, ZeroDivisionError) as e:
+        raise FormulaError(f"{base:g} ** {exponent:g} has no finite value") from e
+    if isinstance(value, complex):
+        raise FormulaError(f"{base:g} ** {exponent:g} is not a real number")
+    return value
+
+
+def _divide(a: float, b: float) -> float:
+    if b == 0:
+        raise FormulaError("division by zero")
+    return a / b
+
+
+def _sqrt(x: float) -> float:
+    if x < 0:
+        raise FormulaError(f"sqrt of the negative number {x:g}")
+    return math.sqrt(x)
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: _divide, ast.Pow: _power}
+# name: (function, fewest arguments, most arguments)
+FORMULA_FUNCTIONS: dict[str, tuple[Callable[..., float], int, int]] = {
+    "sqrt": (_sqrt, 1, 1), "abs": (abs, 1, 1), "min": (min, 1, 32), "max": (max, 1, 32),
+    "mean": (lambda *xs: sum(xs) / len(xs), 1, 32), "round": (round, 2, 2)}
+
+
+def _compile(node: ast.AST, names: frozenset[str]) -> Callable[[Mapping[str, float]], float]:
+    """A function of the parameter values that evaluates the formula's tree; raises FormulaError for anything else."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        try:
+            constant = float(node.value)
+        except OverflowError:
+            raise FormulaError(f"the number {str(node.value)[:20]}... is too large") from None
+        return lambda env: constant
+    if isinstance(node, ast.Name):
+        if node.id not in names:
+            known = ", ".join(sorted(names)) or "none"
+            raise FormulaError(f"unknown name {node.id!r} (the parameters are {known}; functions: "
+                               f"{', '.join(FORMULA_FUNCTIONS)})")
+        name = node.id
+        return lambda env: env[name]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        operand = _compile(node.operand, names)
+        return (lambda env: -operand(env)) if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        op, left, right = _BINARY[type(node.op)], _compile(node.left, names), _compile(node.right, names)
+        return lambda env: op(left(env), right(env))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORMULA_FUNCTIONS:
+        function, fewest, most = FORMULA_FUNCTIONS[node.func.id]
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args) or not fewest <= len(node.args) <= most:
+            raise FormulaError(f"{node.func.id}() takes {fewest} to {most} plain arguments")
+        if node.func.id == "round":
+            places = node.args[1]
+            if not (isinstance(places, ast.Constant) and type(places.value) is int and 0 <= places.value <= 12):
+                raise FormulaError("round(x, n) needs n to be a whole number from 0 to 12, written as a number")
+            x, n = _compile(node.args[0], names), places.value
+            return lambda env: round(x(env), n)
+        args = [_compile(a, names) for a in node.args]
+        return lambda env: function(*(a(env) for a in args))
+    what = ast.unparse(node)[:40] if isinstance(node, ast.expr) else type(node).__name__
+    raise FormulaError(f"{what!r} is not allowed: a formula is numbers, parameter names, + - * / **, and "
+                       f"{', '.join(FORMULA_FUNCTIONS)}")
+
+
+@lru_cache(maxsize=4096)
+def compile_formula(text: str, names: frozenset[str]) -> Callable[[Mapping[str, float]], float]:
+    """Check a formula over the parameter `names` and return a function of their values; raises FormulaError."""
+    if not isinstance(text, str) or not text.strip():
+        raise FormulaError("a formula must be a non-empty string")
+    if len(text) > MAX_FORMULA_CHARS:
+        raise FormulaError(f"a formula may be at most {MAX_FORMULA_CHARS} characters")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise FormulaError(f"{text.strip()[:60]!r} is not a formula ({type(e).__name__})") from None
+    if sum(1 for _ in ast.walk(tree)) > MAX_FORMULA_NODES:
+        raise FormulaError(f"a formula may have at most {MAX_FORMULA_NODES} parts")
+    return _compile(tree.body, names)
+
+
+def evaluate(text: str, values: Mapping[str, float]) -> float:
+    """The finite value of a formula at these parameter values; raises FormulaError otherwise."""
+    try:
+        value = compile_formula(text, frozenset(values))({k: float(v) for k, v in values.items()})
+    except FormulaError:
+        raise
+    except (OverflowError, ValueError, TypeError) as e:
+        raise FormulaError(f"{text[:60]!r} has no finite value here ({e})") from None
+    if not math.isfinite(value):
+        raise FormulaError(f"{text[:60]!r} has no finite value at {dict(values)}")
+    return value
+
+
+# `{name}` is a parameter's value (or `{answer}`, the key); `{=formula}` a computed one. Other braces are LaTeX.
+_PLACEHOLDER = re.compile(r"\{(=[^{}\n]{1,400}|[A-Za-z_][A-Za-z0-9_]{0,40})\}")
+
+
+def placeholders(text: str) -> tuple[list[str], list[str]]:
+    """The `{name}` names and `{=formula}` formulas a text uses."""
+    found = [m.group(1) for m in _PLACEHOLDER.finditer(text)]
+    return [f for f in found if not f.startswith("=")], [f[1:] for f in found if f.startswith("=")]
+
+
+def render(text: str, shown: Mapping[str, str], env: Mapping[str, float]) -> str:
+    """Fill a text's placeholders: `{name}` from `shown` (left as written if not there), `{=formula}` evaluated."""
+    def fill(m: re.Match) -> str:
+        inside = m.group(1)
+        if inside.startswith("="):
+            return _show(evaluate(inside[1:], env))
+        return shown.get(inside, m.group(0))
+
+    return _PLACEHOLDER.sub(fill, text)
+
+
+def _show(x: float) -> str:
+    """A number as a quiz text shows it: 2 not 2.0, six significant digits at most."""
+    if float(x).is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.6g}"
 
 
 # ---------------------------------------------------------------------------------------------------------- grading
@@ -227,18 +592,23 @@ def _result(q: Question, status: str, feedback: str, response: str = "") -> Resu
     # The explanation would give the key away, so it is shown only once the learner has committed to an answer.
     explanation = q.explanation if status in ("correct", "wrong") else ""
     score = q.points if status == "correct" else 0.0
+    question = {}
+    if status == "unanswered":
+        question = dict(prompt=q.prompt, choices=tuple((c.label, c.text) for c in q.choices))
     return Result(ref=q.ref, kind=q.kind, status=status, score=score, points=q.points, feedback=feedback,
-                  explanation=explanation, response=response)
+                  explanation=explanation, response=response, **question)
 
 
-def _grade(q: Question, response: Any) -> Result:
+def _grade(q: Question, response: Any, keyless: bool = False) -> Result:
     if response is None or response is Ellipsis or (isinstance(response, str) and not response.strip()):
         how = ("type your answer between the triple quotes of its answer cell and run it" if q.kind == "open"
                else f'in an answer cell, replace the `...` in `answer("{q.ref}", ...)`')
-        return _result(q, "unanswered", f"Not answered yet. Give {q.expected_form}; {how}.")
+        return _result(q, "unanswered", f"To answer, give {q.expected_form}; {how}.")
     if isinstance(response, str) and len(response) > MAX_RESPONSE_CHARS[q.kind]:
         return _result(q, "unreadable", f"This answer is {len(response):,} characters long, more than the "
                                         f"{MAX_RESPONSE_CHARS[q.kind]:,} accepted here. Give {q.expected_form}.")
+    if keyless:
+        return _record(q, response)
     if q.kind == "choice":
         return _grade_choice(q, response)
     if q.kind == "numeric":
@@ -249,7 +619,30 @@ def _grade(q: Question, response: Any) -> Result:
                                   f'answer: `reveal("{q.ref}")`.', response=response.strip()[:80])
 
 
-def _grade_choice(q: Question, response: Any) -> Result:
+def _record(q: Question, response: Any) -> Result:
+    """A keyless quiz's grading: check the response's form only, and say the same thing whatever its value."""
+    if q.kind == "choice":
+        picked = _pick(q, response)
+        if isinstance(picked, Result):
+            return picked
+        shown = f"({picked.label})"
+        read = picked.label
+    elif q.kind == "numeric":
+        x = _read_number(response)
+        if isinstance(x, str):
+            return _result(q, "unreadable", f"{x} Give {q.expected_form}.")
+        shown = read = f"{x:.10g}"
+    elif isinstance(response, str):
+        return _result(q, "recorded", "Recorded. Your instructor reads this answer; hand in this notebook.",
+                       response=response.strip()[:80])
+    else:
+        return _result(q, "unreadable", f"Give {q.expected_form}.")
+    return _result(q, "recorded", f"Recorded: {shown}. Your instructor grades this answer; hand in this notebook.",
+                   response=read)
+
+
+def _pick(q: Question, response: Any) -> Choice | Result:
+    """The choice a response names, or an "unreadable" Result saying what form is expected."""
     if not isinstance(response, str):
         return _result(q, "unreadable", f"Give {q.expected_form}; got {_short(response)}.")
     text = _norm(response)
@@ -257,6 +650,13 @@ def _grade_choice(q: Question, response: Any) -> Result:
     picked = next((c for c in q.choices if (label and c.label == label.group(1)) or _norm(c.text) == text), None)
     if picked is None:
         return _result(q, "unreadable", f"There is no choice {_short(response.strip())}. Give {q.expected_form}.")
+    return picked
+
+
+def _grade_choice(q: Question, response: Any) -> Result:
+    picked = _pick(q, response)
+    if isinstance(picked, Result):
+        return picked
     if picked.label == q.answer:
         return _result(q, "correct", f"({picked.label}) is right.", response=picked.label)
     return _result(q, "wrong", f"({picked.label}): {picked.feedback}", response=picked.label)
@@ -269,9 +669,11 @@ def _grade_numeric(q: Question, response: Any) -> Result:
     shown = f"{x:.10g}"
     if q.is_key(x):
         return _result(q, "correct", f"{shown} is right.", response=shown)
-    mistake = next((m for m in q.mistakes if m.matches(x)), None)
-    if mistake is not None:
-        return _result(q, "wrong", f"{shown}: {mistake.feedback}", response=shown)
+    # At the chapter's numbers two mistakes can give one value (3.5 is the mean of 3 and 4 and their RMS to one
+    # decimal); the learner then reads both hints.
+    hints = [m.feedback for m in q.mistakes if m.matches(x)]
+    if hints:
+        return _result(q, "wrong", f"{shown}: " + "\n\nOr: ".join(hints), response=shown)
     if q.answer != 0 and q.is_key(-x):
         return _result(q, "wrong", f"{shown}: the size is right but the sign is not.", response=shown)
     if q.decimals is not None and isinstance(response, str) and _too_few_decimals(q, response, x):
@@ -342,3 +744,36 @@ def _parse_number_text(text: str) -> float | str:
     return f"{_short(text)} could not be read as a number."
 
 
+# ----------------------------------------------------------------------------------------------------------- markup
+
+_INLINE = re.compile(r"(\$\$.+?\$\$|\$[^$\n]+?\$|`[^`\n]+`)", re.S)
+_LIST_ITEM = re.compile(r"\s*(?:[-*]|\d+\.)\s+")
+
+
+def _inline(text: str) -> str:
+    parts = _INLINE.split(text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 and part.startswith("`"):
+            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+        elif i % 2:
+            out.append(html.escape(part, quote=False))  # LaTeX stays as text for MathJax to typeset
+        else:
+            s = html.escape(part, quote=False)
+            s = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", s)
+            out.append(re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<i>\1</i>", s))
+    return "".join(out)
+
+
+def markdown_html(text: str) -> str:
+    """Render the Markdown subset quiz files use (paragraphs, lists, bold, italic, code) to HTML, keeping $LaTeX$."""
+    blocks = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        lines = block.splitlines()
+        if lines and all(_LIST_ITEM.match(line) for line in lines):
+            tag = "ol" if lines[0].lstrip()[0].isdigit() else "ul"
+            items = "".join(f"<li>{_inline(_LIST_ITEM.sub('', line, count=1))}</li>" for line in lines)
+            blocks.append(f"<{tag}>{items}</{tag}>")
+        elif block.strip():
+            blocks.append(f"<p>{_inline(' '.join(line.strip() for line in lines))}</p>")
+    return "".join(blocks)

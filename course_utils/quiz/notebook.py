@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import html
-import re
+import os
 import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
 from .files import load_quiz, parse_ref
-from .model import Question, Quiz, Result, _fmt, _plain
+from .model import Question, Quiz, Result, _fmt, _inline, _plain, markdown_html
 from .source import answers_in_source
+
+# Longest student id kept: the batch grader reads at most this much of a `setup(student=...)` literal.
+MAX_STUDENT_CHARS = 200
+
 
 @dataclass(frozen=True, repr=False)
 class Reveal:
@@ -69,9 +73,23 @@ class ScoreSummary:
                 f"<tbody>{body}</tbody></table>")
 
 
-
-
 _SESSION: dict[str, Result] = {}
+_STUDENT: str | None = None
+
+
+def set_student(student: str | None) -> None:
+    """Use this student's numbers in parameterised items from now on (None: fall back to $JUPYTERHUB_USER)."""
+    global _STUDENT
+    if student is not None and (not isinstance(student, str) or not student.strip()
+                                or len(student) > MAX_STUDENT_CHARS):
+        raise ValueError(f"student must be a non-empty string of at most {MAX_STUDENT_CHARS} characters, "
+                         f"e.g. your login; got {student!r:.60}")
+    _STUDENT = student
+
+
+def current_student() -> str | None:
+    """Whose numbers this kernel's quizzes use: setup(student=...), else $JUPYTERHUB_USER, else None (the chapter's)."""
+    return _STUDENT if _STUDENT is not None else os.environ.get("JUPYTERHUB_USER") or None
 
 
 def _in_ipython() -> bool:
@@ -100,9 +118,10 @@ def _batch_note(ref: str, cell: str | None) -> str:
 
 
 def answer(ref: str, response: Any = ...) -> Result:
-    """Grade a response to "<quiz>.<id>", record it for score_summary() and return the Result (... = not yet)."""
+    """Grade a response to "<quiz>.<id>" with current_student()'s numbers, record it for score_summary() and return
+    the Result (... = not yet: it shows the question)."""
     quiz_name, qid = parse_ref(ref)
-    result = load_quiz(quiz_name).grade(qid, response)
+    result = load_quiz(quiz_name).for_student(current_student()).grade(qid, response)
     note = _batch_note(result.ref, _current_cell())
     if note:
         result = replace(result, feedback=f"{result.feedback}\n\n{note}")
@@ -117,7 +136,12 @@ def answer(ref: str, response: Any = ...) -> Result:
 def reveal(ref: str) -> Reveal:
     """Show an open item's model answer and rubric points (auto-scored items explain themselves through answer())."""
     quiz_name, qid = parse_ref(ref)
-    q = load_quiz(quiz_name).question(qid)
+    quiz = load_quiz(quiz_name)
+    q = quiz.question(qid)
+    if quiz.keyless:
+        return Reveal(ref=q.ref, prompt=q.prompt, rubric=(),
+                      model_answer="The model answers are with your instructor: this copy of the course has no keys. "
+                                   "Hand in this notebook to have your answers graded.")
     if q.scored:
         return Reveal(ref=q.ref, prompt=q.prompt, rubric=(),
                       model_answer=f'This item is auto-scored: `answer("{q.ref}", <your answer>)` shows its '
@@ -126,12 +150,13 @@ def reveal(ref: str) -> Reveal:
 
 
 def score_summary() -> ScoreSummary:
-    """Per quiz answered in this kernel session: items answered, correct, and points (open items are not scored)."""
+    """Per quiz answered in this kernel session: items answered, correct, and points (open items and keyless quizzes
+    count answers only)."""
     rows = []
     for name in dict.fromkeys(ref.partition(".")[0] for ref in _SESSION):
         quiz = load_quiz(name)
         results = [r for ref, r in _SESSION.items() if ref.partition(".")[0] == name]
-        scored = quiz.points > 0
+        scored = quiz.points > 0 and not quiz.keyless
         rows.append(SummaryRow(
             quiz=name, title=quiz.title, items=len(quiz.questions), answered=sum(r.answered for r in results),
             correct=sum(r.correct for r in results) if scored else None,
@@ -140,39 +165,6 @@ def score_summary() -> ScoreSummary:
 
 
 # ------------------------------------------------------------------------------------------------------------ views
-
-_INLINE = re.compile(r"(\$\$.+?\$\$|\$[^$\n]+?\$|`[^`\n]+`)", re.S)
-_LIST_ITEM = re.compile(r"\s*(?:[-*]|\d+\.)\s+")
-
-
-def _inline(text: str) -> str:
-    parts = _INLINE.split(text)
-    out = []
-    for i, part in enumerate(parts):
-        if i % 2 and part.startswith("`"):
-            out.append(f"<code>{html.escape(part[1:-1])}</code>")
-        elif i % 2:
-            out.append(html.escape(part, quote=False))  # LaTeX stays as text for MathJax to typeset
-        else:
-            s = html.escape(part, quote=False)
-            s = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", s)
-            out.append(re.sub(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])", r"<i>\1</i>", s))
-    return "".join(out)
-
-
-def markdown_html(text: str) -> str:
-    """Render the Markdown subset quiz files use (paragraphs, lists, bold, italic, code) to HTML, keeping $LaTeX$."""
-    blocks = []
-    for block in re.split(r"\n\s*\n", text.strip()):
-        lines = block.splitlines()
-        if lines and all(_LIST_ITEM.match(line) for line in lines):
-            tag = "ol" if lines[0].lstrip()[0].isdigit() else "ul"
-            items = "".join(f"<li>{_inline(_LIST_ITEM.sub('', line, count=1))}</li>" for line in lines)
-            blocks.append(f"<{tag}>{items}</{tag}>")
-        elif block.strip():
-            blocks.append(f"<p>{_inline(' '.join(line.strip() for line in lines))}</p>")
-    return "".join(blocks)
-
 
 @dataclass
 class ItemControls:
@@ -185,7 +177,8 @@ class ItemControls:
 
 
 def build_view(quiz: Quiz):
-    """The quiz as an ipywidgets VBox; `.controls[qid]` holds each item's widgets, `.score` the score line."""
+    """The quiz, as given (a student's numbers already in it), as an ipywidgets VBox; `.controls[qid]` holds each
+    item's widgets, `.score` the score line."""
     import ipywidgets as widgets
 
     score = widgets.HTML()
@@ -194,14 +187,15 @@ def build_view(quiz: Quiz):
     def update_score() -> None:
         got = sum(r.score for r in latest.values())
         done = sum(r.answered for r in latest.values())
-        points = f"Score: {_fmt(got)} / {_fmt(quiz.points)} points · " if quiz.points else ""
+        points = f"Score: {_fmt(got)} / {_fmt(quiz.points)} points · " if quiz.points and not quiz.keyless else ""
         score.value = f"<b>{points}{done} of {len(quiz.questions)} answered</b>"
 
     def on_check(q: Question, controls: ItemControls) -> None:
         result = quiz.grade(q.id, controls.input.value)
         if result.status != "unanswered":
             latest[q.id] = _SESSION[result.ref] = result
-        controls.feedback.value = result._repr_html_()
+        # The widget shows the question above its input already.
+        controls.feedback.value = replace(result, prompt="", choices=())._repr_html_()
         update_score()
 
     boxes, all_controls = [], {}

@@ -204,11 +204,13 @@ def read_notebook(data: bytes, name: str) -> Submission:
     except (ValueError, RecursionError, MemoryError):
         return unreadable("invalid JSON")
     del text
+    if isinstance(nb, dict) and nb.get("nbformat") not in (4, None):
+        return unreadable(f"wrong nbformat: {str(nb.get('nbformat'))[:20]} (need 4: open and save it in "
+                          "JupyterLab 3 or later)")
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         return unreadable("not a notebook (no list of cells)")
     if nb.get("nbformat") != 4:
-        version = nb.get("nbformat")
-        return unreadable(f"wrong nbformat: {str(version)[:20] if version is not None else 'none'} (need 4)")
+        return unreadable("wrong nbformat: none (need 4)")
     sub.metadata = _short_metadata(nb)
     deadline = time.monotonic() + READ_SECONDS
     parsed = 0

@@ -31,7 +31,9 @@ __all__ = ["Entry", "Student", "Roster", "RosterError", "discover", "load_roster
 
 MAX_FILES = 200_000      # entries looked at under one folder or zip
 MAX_DEPTH = 16
-_CANVAS = re.compile(r"(?P<name>[^_]{1,200}?)(?P<late>_LATE)?_(?P<uid>\d{1,20})_(?P<sid>\d{1,20})_(?P<file>.{1,500})")
+# Canvas writes the name without separators; a name with underscores (another LMS, a renamed file) still parses.
+_CANVAS = re.compile(r"(?P<name>.{1,200}?)(?P<late>_LATE)?_(?P<uid>\d{1,20})_(?P<sid>\d{1,20})_(?P<file>.{1,500})",
+                     re.S)
 _RESUBMIT = re.compile(r"(?:-(\d{1,6})|\s?\((\d{1,6})\))$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _NBGRADER_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s*(UTC|Z|[+-]\d{2}:?\d{2})?")
@@ -319,14 +321,26 @@ def _read_zip_handle(path: Path) -> zipfile.ZipFile | str:
         return f"not a readable zip file ({type(e).__name__})"
 
 
-def discover(paths: Iterable[str | Path], keep_open: list) -> tuple[list[Entry], list[str]]:
+def discover(paths: Iterable[str | Path], keep_open: list, file_times: bool = False) -> tuple[list[Entry], list[str]]:
     """Every notebook file under the paths given, and problems not tied to any one file.
 
-    Folders are searched recursively (hidden ones skipped, links never followed); `.zip` files are read in place.
+    Folders are searched recursively (hidden ones skipped, links never followed); `.zip` files are read in place,
+    each once. A `timestamp.txt` (nbgrader's) dates the notebooks beside it; with `file_times`, a notebook without one
+    is dated by its modification time (home folders copied with their times kept, `cp -p` or `rsync -a`).
     Open zip files are appended to `keep_open`; the caller closes them once every entry has been read.
     Raises FileNotFoundError for a path that does not exist.
     """
-    entries, problems = [], []
+    entries, problems, zips_seen = [], [], set()
+
+    def add_zip(path: Path) -> None:
+        real = os.path.realpath(path)
+        if real in zips_seen:
+            return
+        zips_seen.add(real)
+        found, more = _zip_entries(path, printable(os.fsdecode(path)), keep_open)
+        entries.extend(found)
+        problems.extend(more)
+
     for given in map(Path, paths):
         if not os.path.lexists(given):
             raise FileNotFoundError(given)
@@ -342,27 +356,30 @@ def discover(paths: Iterable[str | Path], keep_open: list) -> tuple[list[Entry],
                 else:
                     files.append((parts, entry))
             for parts, entry in files:
-                if parts[-1].endswith(".zip"):
-                    continue
                 where = _classify(parts, "")
-                if where["layout"] == "nbgrader" and parts[:-1] in timestamps:
+                if parts[:-1] in timestamps:
                     text = _read_regular(timestamps[parts[:-1]])
                     if isinstance(text, bytes):
                         where["submitted"] = _nbgrader_time(text[:200].decode("utf-8", "replace"))
+                elif file_times:
+                    where["submitted"] = _mtime(entry)
                 entries.append(Entry(display=printable(f"{root_name}/{'/'.join(parts)}"),
                                      read=lambda p=entry.path: _read_regular(p), **where))
-            for zpath in sorted(p for p in _zips(given)):
-                found, more = _zip_entries(zpath, printable(os.fsdecode(zpath)), keep_open)
-                entries += found
-                problems += more
+            for zpath in sorted(_zips(given)):
+                add_zip(zpath)
         elif str(given).endswith(".zip"):
-            found, more = _zip_entries(given, root_name, keep_open)
-            entries += found
-            problems += more
+            add_zip(given)
         else:
             where = _classify((given.parent.name, given.name) if given.parent.name else (given.name,), "")
             entries.append(Entry(display=root_name, read=lambda p=given: _read_regular(p), **where))
     return entries, problems
+
+
+def _mtime(entry: os.DirEntry) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromtimestamp(entry.stat(follow_symlinks=False).st_mtime, dt.timezone.utc)
+    except OSError:
+        return None
 
 
 def _zips(folder: Path) -> list[Path]:
