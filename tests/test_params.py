@@ -11,7 +11,7 @@ from conftest import ROOT
 import course_utils
 from course_utils.quiz import QuizFormatError, answer, load_quiz
 from course_utils.quiz import notebook as quiz_notebook
-from course_utils.quiz.model import FormulaError, compile_formula, evaluate
+from course_utils.quiz.formulas import FormulaError, compile_formula, evaluate
 
 IDS = [f"student{i:04d}" for i in range(2_000)]
 CHAPTER = load_quiz("chapter_2_4")

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..resources import course_folder
-from .model import (FORMULA_FUNCTIONS, KINDS, Choice, FormulaError, Mistake, Param, Question, Quiz, QuizFormatError,
-                    Template, UnknownQuizError, _norm, _short, compile_formula, evaluate, placeholders)
+from .formulas import FORMULA_FUNCTIONS, FormulaError, compile_formula, evaluate, placeholders
+from .model import (KINDS, Choice, Mistake, Param, Question, Quiz, QuizFormatError, Template, UnknownQuizError, _norm,
+                    _short)
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 _QID = re.compile(r"[a-z][a-z0-9_]*")
