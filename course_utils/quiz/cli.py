@@ -134,21 +134,34 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_PROBLEMS if unowned or unlisted or any(r.problems for r in rows) else EXIT_OK
 
 
+# What the status column says, grouped for the summary: (label, words that mark it in a problem).
+_KINDS_OF_PROBLEM = (("no submission", "no submission"), ("not in the roster", "not in the roster"),
+                     ("a notebook missing", "missing "), ("questions left unanswered", " not answered"),
+                     ("answer cells deleted", "no answer cell for"), ("answers written as code", "answer is code"),
+                     ("files not read", ": not "), ("someone else's numbers", "names someone else"))
+
+
 def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> None:
     bad = [r for r in rows if r.problems]
     due = f"; due {assignment.due:%Y-%m-%d %H:%M %Z}" if assignment.due else ""
     print(f"Assignment: {assignment.title}: {len(assignment.parts)} notebook(s), {len(assignment.questions)} "
           f"auto-graded question(s), {assignment.max_points:g} points{due}")
+    late = [r.student.student_id for r in rows if r.late]
     print(f"Students: {len(rows)} ({sum(r.submitted for r in rows)} handed something in), {n_files} file(s) read; "
-          f"{len(rows) - len(bad)} ok, {len(bad)} with problems, {sum(r.late for r in rows)} late")
+          f"{len(rows) - len(bad)} ok, {len(bad)} with problems, {len(late)} late"
+          + (f" ({', '.join(late[:5])}{', ...' if len(late) > 5 else ''})" if late else ""))
+    for label, marker in _KINDS_OF_PROBLEM:
+        count = sum(any(marker in p for p in r.problems) for r in rows)
+        if count:
+            print(f"  {count:4d} with {label}")
     for line in unowned[:10]:
         print(f"  not graded: {line}")
     if len(unowned) > 10:
         print(f"  ... and {len(unowned) - 10} more files not graded")
-    missing_manual = sum(v is None for r in rows for v in r.manual.values() if r.submitted)
     if assignment.manual:
-        print(f"Hand grading: {len(assignment.manual)} open question(s); {missing_manual} score(s) still to give "
-              f"in manual_grading.csv (merge with --manual-scores)")
+        to_give = sum(ref in r.open_answers and r.manual.get(ref) is None for r in rows for ref in assignment.manual)
+        print(f"Hand grading: {len(assignment.manual)} open question(s) worth points; {to_give} answer(s) still to "
+              "score in manual_grading.csv (merge with --manual-scores)")
     print(f"Wrote {out}/: gradebook.csv, canvas_import.csv, moodle_import.csv, item_analysis.csv, "
           f"manual_grading.csv, feedback/ ({len(rows)} files)")
 

@@ -375,17 +375,20 @@ def item_analysis_csv(rows: list[StudentRow], assignment: Assignment) -> str:
 
 
 def manual_grading_csv(rows: list[StudentRow], assignment: Assignment) -> str:
-    """Every open answer, with the prompt and rubric beside it and a blank score for the grader to fill in."""
+    """Every answer to a [manual] item, with the prompt and rubric beside it and a blank score to fill in.
+
+    Open items the assignment gives no points stay out (each student's feedback file still shows them)."""
     out = [["student_id", "name", "question", "points", "score", "comment", "answer", "prompt", "rubric"]]
     for q in assignment.open_questions:
-        rubric = " | ".join(_plain(p) for p in q.rubric) if q.rubric else ""
+        if q.ref not in assignment.manual:
+            continue
+        rubric = " | ".join(_plain(p) for p in q.rubric)
         for r in rows:
             if q.ref not in r.open_answers:
                 continue
-            out.append([r.student.student_id, r.student.name, q.ref,
-                        assignment.manual.get(q.ref, 0.0) if q.ref in assignment.manual else "not scored",
-                        "" if r.manual.get(q.ref) is None else r.manual[q.ref], "",
-                        r.open_answers[q.ref][:5000], _plain(q.prompt), rubric])
+            score = r.manual.get(q.ref)
+            out.append([r.student.student_id, r.student.name, q.ref, assignment.manual[q.ref],
+                        "" if score is None else score, "", r.open_answers[q.ref][:5000], _plain(q.prompt), rubric])
     return _csv(out)
 
 
