@@ -1,12 +1,16 @@
 """Every question a notebook hands out has one answer cell the batch grader can read, under a copy of its prompt, and
-every notebook carries the stamp that tells the grader which notebook a renamed file is."""
+every notebook carries the stamp that tells the grader which notebook a renamed file is, and only cells the student
+release drops read the keys."""
 import ast
+import json
+import re
 
 import nbformat
 import pytest
 
 from conftest import ROOT
 from course_utils.quiz import load_quiz
+from course_utils.release import INSTRUCTOR_TAG, student_notebook
 
 # Which quizzes each notebook hands out. Notebook 07 holds the chapter's quiz, its own checkpoint and the open items.
 QUIZZES = {
@@ -24,6 +28,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # The comment an answer cell carries, so the learner knows what form of answer is read.
 HINT = {"choice": '  # your answer: the letter of one choice, in quotes, e.g. "a"',
         "numeric": '  # your answer: a number, e.g. 0.5 or "7/8"'}
+# Reading a key: an item's `.answer`, `is_key(...)`, or grade() on a loaded quiz. The answer("<ref>", ...) call is not.
+READS_KEY = re.compile(r"\.answer\b|\bis_key\(|\.grade\(")
 
 
 def _plain(text: str) -> str:
@@ -138,3 +144,34 @@ def test_quiz_widgets_come_after_the_answer_cells(path):
         widgets = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and shows in c.source]
         last_answer = max(found[q.ref][0] for q in load_quiz(name).questions)
         assert all(i > last_answer for i in widgets), f"{path.name}: the {name} widget comes before its answer cells"
+
+
+@pytest.mark.parametrize("source, reads", [
+    ('q = chapter.question("q5")\nprint(q.answer)', True), ('assert q.is_key(value)', True),
+    ('slip = chapter.grade("q6", 1.6667)', True), ('answer("chapter_2_4.q5", 2.5)', False),
+    ("from course_utils.quiz import answer, load_quiz", False), ('load_quiz("chapter_2_4").show()', False),
+])
+def test_the_key_reader_check_tells_key_reads_from_answer_cells(source, reads):
+    assert bool(READS_KEY.search(source)) == reads
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_only_instructor_cells_read_the_keys(path):
+    """The student release drops the cells tagged `instructor` and carries no keys, so a code cell that reads one
+    must be tagged. An instructor cell is code, or the markdown that introduces the instructor code cell right after
+    it; never an answer cell, which the release must keep."""
+    cells = nbformat.read(path, as_version=4).cells
+    tagged = [i for i, c in enumerate(cells) if INSTRUCTOR_TAG in c.metadata.get("tags", [])]
+    for i in tagged:
+        cell = cells[i]
+        if cell.cell_type == "markdown":
+            assert i + 1 in tagged and cells[i + 1].cell_type == "code", (
+                f"{path.name}: cell {i} is instructor markdown without an instructor code cell after it")
+        else:
+            assert cell.cell_type == "code", f"{path.name}: cell {i} is a {cell.cell_type} cell tagged instructor"
+            assert not _answer_calls(cell.source), f"{path.name}: cell {i} is an answer cell tagged instructor"
+    readers = [i for i, c in enumerate(cells)
+               if c.cell_type == "code" and i not in tagged and READS_KEY.search(c.source)]
+    assert not readers, f"{path.name}: code cells {readers} read quiz keys; tag them {INSTRUCTOR_TAG!r}"
+    _, _, flagged = student_notebook(json.loads(path.read_text(encoding="utf-8")))
+    assert not flagged, f"{path.name}: the release reports cells {flagged} (of its copy) reading quiz keys"

@@ -68,3 +68,28 @@ def test_readme_quick_start_is_two_commands_and_ci_runs_the_test_one():
     assert ".[test]" in commands[1] and "pytest" in commands[1]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "quick-start" in ci, ".ci/run must take the test command from the README's quick start"
+
+
+def test_a_plain_wheel_carries_the_quizzes_and_data_as_package_data(tmp_path):
+    """`pip install .` (not editable) and the course-grade script find the quizzes without the course folder."""
+    import subprocess
+    import sys
+    import zipfile
+
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(tmp_path / "wheel"), str(ROOT)], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for quiz in (ROOT / "quizzes").glob("*.toml"):
+        assert f"course_utils/_quizzes/{quiz.name}" in names
+    assert "course_utils/_quizzes/assignments/whole_course.toml" in names
+    assert "course_utils/_data/sentences.json" in names
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    probe = ("from course_utils.quiz import quiz_dir, load_quiz; from course_utils.resources import course_folder; "
+             "print(quiz_dir()); print(course_folder('data')); print(load_quiz('chapter_2_4').title)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    quizzes, data, title = done.stdout.splitlines()
+    assert quizzes.startswith(str(tmp_path / "site")) and data.startswith(str(tmp_path / "site")) and title

@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import sys
 import time
+from fractions import Fraction
 
 import nbformat
 import pytest
@@ -20,18 +21,41 @@ from course_utils.quiz import UnknownQuizError, answer, load_quiz, score_summary
 
 NOTEBOOK = ROOT / "notebooks" / "07_review.ipynb"
 QUIZZES = ("chapter_2_4", "07_review", "self_check", "interview")
-SCORED = [q for name in QUIZZES for q in load_quiz(name).questions if q.scored]
 # The template of an answer cell: `...` for scored items, an empty raw triple-quoted string for open ones.
 TEMPLATE = re.compile(r'answer\("(?P<ref>[\w.]+)", (?P<response>\.\.\.|r"""\s*""")\)')
+# The setup cell as handed out: no student id, so the chapter's numbers until the learner names themselves.
+SETUP = "setup(seed=0, threads=1, student=None)"
+# The folder the filled-in copy is graded in: without an id in its setup cell, the grader uses this student's numbers.
+LEARNER = "learner"
+CALCULATIONS = [f"chapter_2_4.q{i}" for i in range(5, 9)]  # the items with per-student numbers
 
-# A learner's answers as typed into the cells, and the points each should earn: some right, some wrong, in the forms
-# learners use (a bracketed letter, a fraction as text, arithmetic, a rounded number, a known mistake).
-MIXED = {
-    "chapter_2_4.q1": ('"b"', 1), "chapter_2_4.q2": ('"a"', 0), "chapter_2_4.q3": ('"(a)"', 1),
-    "chapter_2_4.q4": ('"b"', 0), "chapter_2_4.q5": ('"5/2"', 1), "chapter_2_4.q6": ("1.6667", 0),
-    "chapter_2_4.q7": ("3.54", 1), "chapter_2_4.q8": ("10 * 2", 1),
-    "07_review.q1": ('"b"', 1), "07_review.q2": ('"a"', 0), "07_review.q3": ("6", 0),
-}
+
+def scored(student: str | None) -> list:
+    """Every scored item of the notebook, with this student's numbers (None: the chapter's)."""
+    return [q for name in QUIZZES for q in load_quiz(name).for_student(student).questions if q.scored]
+
+
+def mixed(student: str) -> dict[str, tuple[str, int]]:
+    """A learner's answers as typed into the cells, and the points each should earn: some right, some wrong, in the
+    forms learners use (a bracketed letter, a fraction as text, arithmetic, a rounded number, a known mistake), the
+    calculations worked out with this student's numbers."""
+    chapter = load_quiz("chapter_2_4").for_student(student)
+    q5, q6, q7, q8 = (chapter.question(ref.partition(".")[2]) for ref in CALCULATIONS)
+    mean = Fraction(q5.answer).limit_denominator(4)  # four whole numbers: a mean in quarters
+    assert mean == q5.answer and mean.denominator > 1, f"{student}'s Q5 key {q5.answer} is not a fraction to type"
+    (unbiased,) = [m.value for m in q6.mistakes if "unbiased variance" in m.feedback]  # torch.var's default
+    blocks = dict(q8.values)
+    return {
+        "chapter_2_4.q1": ('"b"', 1), "chapter_2_4.q2": ('"a"', 0), "chapter_2_4.q3": ('"(a)"', 1),
+        "chapter_2_4.q4": ('"b"', 0), "chapter_2_4.q5": (f'"{mean}"', 1), "chapter_2_4.q6": (f"{unbiased:.4f}", 0),
+        "chapter_2_4.q7": (f"{q7.answer:.{q7.decimals}f}", 1),
+        "chapter_2_4.q8": (f"{blocks['L']} * {blocks['m']:g}", 1),
+        "07_review.q1": ('"b"', 1), "07_review.q2": ('"a"', 0), "07_review.q3": ("6", 0),
+    }
+
+
+SCORED = scored(None)
+MIXED = mixed(LEARNER)
 OPEN = {"self_check.s1": 'r"""The residual sum grows with depth, like $\\sqrt{L}$ or $L$."""',
         "interview.i2": '"Post-LN: x = LN(x + F(x)); Pre-LN: x = x + F(LN(x))."'}
 
@@ -48,9 +72,14 @@ def template_cells() -> dict[str, int]:
     return {ref: cells[0] for ref, cells in found.items()}
 
 
-def filled_copy(path, responses: dict[str, str]):
-    """Write a copy of the notebook with the given responses (Python source) typed into their answer cells."""
+def filled_copy(path, responses: dict[str, str], student: str | None = None):
+    """Write a copy of the notebook with the given responses (Python source) typed into their answer cells, and
+    `student` (if given) in its setup cell."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
+    if student is not None:
+        setup = next(c for c in nb.cells if c.cell_type == "code")
+        assert SETUP in setup.source
+        setup.source = setup.source.replace(SETUP, f'setup(seed=0, threads=1, student="{student}")')
     cells = template_cells()
     for ref, source in responses.items():
         cell = nb.cells[cells[ref]]
@@ -107,19 +136,19 @@ def test_the_committed_notebook_grades_as_unanswered(tmp_path):
 def test_a_filled_in_copy_gets_the_expected_score(tmp_path):
     path = tmp_path / "learner.ipynb"
     filled_copy(path, {**{ref: src for ref, (src, _) in MIXED.items()}, **OPEN})
-    code, rows, feedback = grade(tmp_path, learner=path)
-    row = rows["learner"]
+    code, rows, feedback = grade(tmp_path, **{LEARNER: path})
+    row = rows[LEARNER]
     assert code == 0 and row["status"] == "ok"
     assert {q.ref: float(row[q.ref]) for q in SCORED} == {ref: points for ref, (_, points) in MIXED.items()}
     assert float(row["total"]) == 6 and float(row["max"]) == 11
-    text = feedback["learner"]
+    text = feedback[LEARNER]
     assert "The residual sum grows with depth" in text and "Pre-LN: x = x + F(LN(x))" in text  # open answers kept
     assert "unbiased variance" in text  # the targeted feedback for the known mistake in q6
 
 
 def test_a_copy_with_every_key_gets_full_marks(tmp_path):
     path = tmp_path / "keys.ipynb"
-    filled_copy(path, {q.ref: repr(q.answer) for q in SCORED})
+    filled_copy(path, {q.ref: repr(q.answer) for q in scored("keys")})
     code, rows, _ = grade(tmp_path, keys=path, blank=NOTEBOOK)
     full, empty = rows["keys"], rows["blank"]
     assert full["status"] == "ok"
@@ -127,7 +156,39 @@ def test_a_copy_with_every_key_gets_full_marks(tmp_path):
     assert all(full[q.ref] == "1" for q in SCORED) and empty["total"] == "0"
 
 
-def test_instant_feedback_in_the_kernel_agrees_with_the_grader(tmp_path, fresh_session):
+def _differ(student: str, other: str | None) -> bool:
+    """Whether no calculation of `other`'s (None: the chapter's) has a key that is also `student`'s key."""
+    mine, theirs = (load_quiz("chapter_2_4").for_student(s) for s in (student, other))
+    return not any(mine.question(ref[len("chapter_2_4."):]).is_key(theirs.question(ref[len("chapter_2_4."):]).answer)
+                   for ref in CALCULATIONS)
+
+
+def test_a_setup_cell_naming_someone_else_is_graded_with_the_students_own_numbers(tmp_path):
+    assert [q.ref for q in SCORED if q.parameterised] == CALCULATIONS
+    assert _differ("other", "keys"), "pick another folder name: 'other' draws one of 'keys''s keys"
+    path = tmp_path / "keys.ipynb"
+    filled_copy(path, {q.ref: repr(q.answer) for q in scored("keys")}, student="keys")
+    code, rows, _ = grade(tmp_path, keys=path, other=path)  # the same copy, handed in by "keys" and by "other"
+    own, copied = rows["keys"], rows["other"]
+    assert own["status"] == "ok" and float(own["total"]) == 11  # the setup cell names the student who hands it in
+    assert "setup(student='keys') names someone else" in copied["status"]
+    assert {q.ref: copied[q.ref] for q in SCORED} == {q.ref: "0" if q.ref in CALCULATIONS else "1" for q in SCORED}
+    assert float(copied["total"]) == 11 - len(CALCULATIONS)
+
+
+def test_the_chapters_numbers_score_nothing_for_a_student_with_numbers_of_their_own(tmp_path):
+    assert _differ(LEARNER, None), f"pick another folder name: {LEARNER!r} draws one of the chapter's keys"
+    path = tmp_path / "chapter.ipynb"
+    filled_copy(path, {q.ref: repr(q.answer) for q in SCORED})  # the keys for the chapter's numbers, no student id
+    code, rows, feedback = grade(tmp_path, **{LEARNER: path})
+    row = rows[LEARNER]
+    assert {q.ref: row[q.ref] for q in SCORED} == {q.ref: "0" if q.ref in CALCULATIONS else "1" for q in SCORED}
+    assert float(row["total"]) == 11 - len(CALCULATIONS)
+    assert "the chapter's example numbers" in feedback[LEARNER]  # the hint that says why
+
+
+def test_instant_feedback_in_the_kernel_agrees_with_the_grader(tmp_path, fresh_session, monkeypatch):
+    monkeypatch.setattr(quiz_module, "_STUDENT", LEARNER)  # as setup(student=LEARNER) would; the grader uses the folder
     path = tmp_path / "learner.ipynb"
     nb = filled_copy(path, {**{ref: src for ref, (src, _) in MIXED.items()}, **OPEN})
     for i in template_cells().values():  # run the filled answer cells, as the learner would
