@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"generated: {small.files} small submissions ({small.bytes / 1e6:.0f} MB) in {t_small:.1f} s")
         if args.generate_only:
             return 0
+        failures = 0
         print(f"\n{'batch':<34} {'wall s':>7} {'CPU s':>7} {'peak MB':>8} {'ms/nb':>6}  exit  checked")
         rows = [("class, full notebooks", full, tmp / "out_class")]
         if small is not None:
@@ -217,8 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             m = measure([demo.submissions], demo.roster, out, args.repeats, args.timeout)
             results[label] = m
             codes = ",".join("killed" if c is None else str(c) for c in sorted(set(m.codes), key=str))
+            checked = check_gradebook(demo, out)
+            failures += "differ" in checked or "without a row" in checked or "graded as expected" not in checked
             print(f"{label + f' ({demo.files})':<34} {m.wall:>7.2f} {m.cpu:>7.2f} {m.peak_mb:>8.0f} "
-                  f"{1000 * m.wall / max(demo.files, 1):>6.2f}  {codes:>4}  {check_gradebook(demo, out)}")
+                  f"{1000 * m.wall / max(demo.files, 1):>6.2f}  {codes:>4}  {checked}")
         m = results["class, full notebooks"]
         scale = f" (measured on {full.files}, not 4,500)" if abs(full.files - 4500) > 250 else ""
         print(f"target: 4,500 notebooks under {TARGET_WALL_S:g} s: {_verdict(m.ok and m.wall < TARGET_WALL_S)}; "
@@ -227,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             _hostile_costs(tmp, args.hostile_students, args.repeats, args.timeout)
     load = os.getloadavg()
     print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {cores} cores")
-    return 0
+    if failures:
+        print(f"{failures} batch(es) not graded as the generator expects: see the 'checked' column")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

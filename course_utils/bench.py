@@ -85,12 +85,14 @@ def time_notebooks(names: list[str] | None = None, timeout: int = 600) -> list[d
     return rows
 
 
-def time_grading(n: int = 1000) -> dict | None:
-    """The batch grader's throughput on n generated submissions (benchmarks/bench_grading.py)."""
+def time_grading(students: int = 500) -> dict | None:
+    """The batch grader on a generated class of `students` x 9 notebooks, one repeat (benchmarks/bench_grading.py;
+    run that script itself for the full figures: repeats, 10,000 small submissions and every hostile kind)."""
     script = ROOT / "benchmarks" / "bench_grading.py"
     if not script.exists():
         return None
-    out = subprocess.run([sys.executable, str(script), "--n", str(n)], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, str(script), "--students", str(students), "--small", "0",
+                          "--hostile-students", "0", "--repeats", "1"], capture_output=True, text=True, cwd=ROOT)
     return {"output": (out.stdout + out.stderr).strip(), "ok": out.returncode == 0}
 
 

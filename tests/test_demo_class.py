@@ -326,3 +326,30 @@ def test_hostile_kinds_one_at_a_time(tmp_path):
     for kind in dc.HOSTILE_KINDS:
         folder = tmp_path / kind
         assert dc.write_hostile(folder, [kind]), kind
+
+
+def test_the_grading_benchmark_runs_on_a_small_class():
+    """The benchmark script itself, on a class small enough for the test run; it checks the grader as it times it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_grading.py"), "--students", "6",
+                           "--small", "20", "--hostile-students", "0", "--repeats", "1"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "graded as expected" in done.stdout and "ms/nb" in done.stdout
+
+
+def test_every_filled_code_cell_is_valid_python(tmp_path):
+    """A learner's filled-in notebook runs: the id replaces `student=None` in setup() instead of repeating it."""
+    demo = dc.make_class(tmp_path / "c", 3, layout="canvas")  # off a hub, learners name themselves in setup()
+    for path in demo.submissions.glob("*07_review*.ipynb"):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for cell in cells:
+            if cell["cell_type"] == "code":
+                source = "".join(cell["source"])
+                compile("\n".join("#" + line if line.lstrip()[:1] in "%!" else line for line in source.split("\n")),
+                        str(path), "exec")  # compiled, never run: a repeated keyword fails here
+        assert any("setup(student=" in "".join(c["source"]) for c in cells)

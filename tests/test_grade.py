@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 
+from conftest import ROOT
 from course_utils.quiz import cli, load_quiz
 from course_utils.quiz.cli import main
 
@@ -354,3 +355,23 @@ def test_progress_bar_on_large_classes_only(tmp_path, capsys):
     assert main(args + ["--no-progress"]) == cli.EXIT_OK and capsys.readouterr().err == ""
     assert main(args) == cli.EXIT_OK
     assert f"{cli.PROGRESS_MIN}/{cli.PROGRESS_MIN}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit,where", [
+    (lambda text: text.replace('answer = "a"', 'answer = "z"', 1), "questions[2] (q3): `feedback` must be"),  # the key moved: choice a lacks feedback
+    (lambda text: text.replace("tolerance = 1e-9", "tolerence = 1e-9", 1), "unknown keys ['tolerence']"),
+    (lambda text: text + "\n[[questions]\n", "not valid TOML"),
+])
+def test_a_malformed_key_file_is_exit_4_naming_file_and_field(tmp_path, monkeypatch, capsys, edit, where):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    for quiz in (ROOT / "quizzes").glob("*.toml"):
+        (keys / quiz.name).write_text(quiz.read_text(encoding="utf-8"), encoding="utf-8")
+    broken = keys / "01_why_normalize.toml"
+    broken.write_text(edit(broken.read_text(encoding="utf-8")), encoding="utf-8")
+    monkeypatch.setenv("COURSE_QUIZ_DIR", str(keys))
+    write(tmp_path / "c", {"ada/01_why_normalize.ipynb": notebook("01_why_normalize")})
+    for how in (["--quiz", "01_why_normalize"], ["--assignment", str(ROOT / "quizzes/assignments/whole_course.toml")]):
+        assert main([str(tmp_path / "c"), *how, "--out", str(tmp_path / "o")]) == cli.EXIT_COURSE_FILE
+        err = capsys.readouterr().err
+        assert str(broken) in err and where in err, err

@@ -59,6 +59,7 @@ _SLOT = re.compile(r"@@FILL(\d+)@@")
 # The setup cell's call, where a learner off JupyterHub names themselves: setup(student="jdoe1", seed=0).
 _SETUP = re.compile(r"(?<![\w.])setup\(")
 SETUP_SLOT = "setup:student"
+_NO_STUDENT = re.compile(r",\s*student=None\b|\bstudent=None,\s*")
 _OPEN_TEXTS = (
     "Because the statistics are taken over each token's own features, padding elsewhere in the batch cannot move them.",
     "Pre-LN keeps an identity path through the residual stream, so gradients reach early layers without warmup.",
@@ -184,6 +185,8 @@ def _template(stem: str, quizzes: list[Quiz], small: bool) -> _Template:
             if not small and SETUP_SLOT not in refs and _SETUP.search(marked):
                 refs.append(SETUP_SLOT)
                 blanks.append("")
+                # The handed-out cell reads `setup(..., student=None)`: the learner's id takes the place of None.
+                marked = _NO_STUDENT.sub("", marked, count=1)
                 marked = _SETUP.sub(f"setup(@@FILL{len(refs) - 1}@@", marked, count=1)
             cell |= {"source": _lines(marked), "outputs": [], "execution_count": None}
             if answers:
