@@ -165,6 +165,9 @@ def test_the_lms_gradebook_export_works_as_a_roster_as_it_is(tmp_path):
     files = {canvas("smithjane", 101, 1, stem): notebook(stem) for stem in QUIZ}
     _, rows = grade(tmp_path, files, roster=canvas_export)
     assert list(rows) == ["s1"] and rows["s1"]["total"] == "6" and rows["s1"]["login"] == "jsmith"
+    no_sis = canvas_export.replace(",s1,", ",,")  # a course with no SIS: Canvas's own ID names the student
+    _, rows = grade(tmp_path, files, roster=no_sis)
+    assert rows["101"]["total"] == "6" and rows["101"]["name"] == "Smith, Jane"
     moodle_export = "First name,Last name,ID number,Email address\nJane,Smith,s1,jane@uni.edu\n"
     files = {f"jane@uni.edu/{stem}.ipynb": notebook(stem) for stem in QUIZ}
     _, rows = grade(tmp_path, files, roster=moodle_export)
@@ -234,7 +237,7 @@ def test_a_malformed_assignment_file_is_exit_4_naming_file_and_field(tmp_path, c
     ("name,login\nJane,jsmith\n", "needs a `student_id` column"),
     ("student_id,login\ns1,jsmith\ns2,jsmith\n", "line 3: 'jsmith' already names student 's1'"),
     ("student_id,login\ns1,jsmith\ns1,other\n", "line 3: student_id 's1' appears twice"),
-    ("student_id,login\n,jsmith\n", "line 2: column student_id is empty"),
+    ("student_id,name\n,Jane\n", "line 2: no id for this student"),
 ])
 def test_a_malformed_roster_is_exit_4(tmp_path, capsys, roster, where):
     code, _ = grade_quietly(tmp_path, roster)
@@ -260,7 +263,8 @@ def test_canvas_and_moodle_imports_follow_their_formats(tmp_path):
     assert lines[1] == {"Student": "Smith, Jane", "ID": "101", "SIS User ID": "s1", "SIS Login ID": "jsmith",
                         "Section": "A", "Norms, part 1": "6"}
     moodle = read_rows(out / "moodle_import.csv", key="Email address")
-    assert moodle["jane@uni.edu"]["Norms, part 1"] == "6" and moodle["never@uni.edu"]["Feedback"] == "no submission"
+    assert moodle["jane@uni.edu"]["Norms, part 1"] == "6" and moodle["never@uni.edu"]["Feedback"] == "0 of 6 points; no submission"
+    assert moodle["jane@uni.edu"]["Feedback"] == "6 of 6 points"
     assert (out / "canvas_import.csv").read_bytes().startswith(b"\xef\xbb\xbf")  # Excel reads the accents right
 
 
@@ -375,3 +379,94 @@ def test_a_malformed_key_file_is_exit_4_naming_file_and_field(tmp_path, monkeypa
         assert main([str(tmp_path / "c"), *how, "--out", str(tmp_path / "o")]) == cli.EXIT_COURSE_FILE
         err = capsys.readouterr().err
         assert str(broken) in err and where in err, err
+
+
+# ------------------------------------------------------------------------------------- what instructors ran into
+
+def test_a_zip_a_student_handed_in_inside_the_lms_zip_is_theirs(tmp_path):
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as zf:
+        for stem in QUIZ:
+            zf.writestr(f"work/{stem}.ipynb", notebook(stem))
+    outer = io.BytesIO()
+    with zipfile.ZipFile(outer, "w") as zf:
+        zf.writestr(canvas("nunezjose", 102, 7001, "notebooks.zip").replace(".ipynb", ""), inner.getvalue())
+    (tmp_path / "download.zip").write_bytes(outer.getvalue())
+    (tmp_path / "zip").mkdir()
+    _, rows = grade(tmp_path / "zip", target=tmp_path / "download.zip")
+    assert rows["s2"]["total"] == "6" and rows["s2"]["status"] == "ok"
+    # The same inner zip saved loose in a folder, with its LMS name: still whose it says.
+    loose = tmp_path / "loose"
+    write(loose, {canvas("smithjane", 101, 7002, "notebooks.zip").replace(".ipynb", ""): inner.getvalue()})
+    _, rows = grade(tmp_path, target=loose)
+    assert rows["s1"]["total"] == "6"
+
+
+def test_two_files_for_one_notebook_with_nothing_to_order_them_are_a_problem(tmp_path):
+    files = {"submitted/jsmith/ps1/01_why_normalize.ipynb": notebook("01_why_normalize"),
+             "submitted/jsmith/ps1/01_why_normalize (1).ipynb": notebook("01_why_normalize", wrong)}
+    files["submitted/jsmith/ps1/timestamp.txt"] = "2026-12-15 20:00:00.000000 UTC"
+    _, rows = grade(tmp_path, files)
+    assert "two files for 01_why_normalize with nothing to tell which came later" in rows["s1"]["status"]
+
+
+def test_a_file_in_the_wrong_slot_is_graded_as_what_it_holds_and_says_so(tmp_path):
+    files = {"jsmith/03_layernorm.ipynb": notebook("01_why_normalize")}  # notebook 01, saved under 03's name
+    _, rows = grade(tmp_path, files)
+    assert rows["s1"]["01_why_normalize.q1"] == "1" and "missing 03_layernorm" in rows["s1"]["status"]
+    feedback = (tmp_path / "out" / "feedback" / "s1.md").read_text(encoding="utf-8")
+    assert "03_layernorm.ipynb is named like 03_layernorm but holds notebook 01_why_normalize" in feedback
+
+
+def test_another_weeks_notebooks_are_noted_not_problems(tmp_path):
+    week = ASSIGNMENT.split("[[notebooks]]")[0] + '[[notebooks]]\nnotebook = "01_why_normalize"\nquizzes = ["01_why_normalize"]\n'
+    files = {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize"),
+             "jsmith/03_layernorm.ipynb": notebook("03_layernorm")}
+    code, rows = grade(tmp_path, files, roster=None, assignment=week)
+    assert rows["jsmith"]["status"] == "ok" and rows["jsmith"]["total"] == "3" and code == cli.EXIT_OK
+    feedback = (tmp_path / "out" / "feedback" / "jsmith.md").read_text(encoding="utf-8")
+    assert "03_layernorm.ipynb: not one of this assignment's notebooks; not graded" in feedback
+
+
+@pytest.mark.parametrize("claimed,flagged", [("jsmith", False), ("JSmith ", False), ("jane@uni.edu", False),
+                                            ("jnunez", True)])
+def test_setup_student_is_compared_as_people_write_ids(tmp_path, claimed, flagged):
+    files = {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize", extra=(f'setup(student="{claimed}")',))}
+    _, rows = grade(tmp_path, files)
+    assert ("names someone else" in rows["s1"]["status"]) == flagged
+    if flagged:
+        assert rows["s1"]["status"].startswith("jsmith/01_why_normalize.ipynb: setup(student='jnunez') names someone")
+
+
+def test_hand_scores_keep_their_comments_follow_the_late_policy_and_are_never_overwritten(tmp_path, capsys):
+    assignment = ASSIGNMENT.replace('quizzes = ["03_layernorm"]', 'quizzes = ["03_layernorm"]\n[[notebooks]]\n'
+                                    'notebook = "07_review"\nquizzes = ["self_check"]') + '[manual]\n"self_check.s1" = 2\n'
+    review = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {"course": {"notebook": "07_review"}},
+                         "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                    "source": 'answer("self_check.s1", "The sum grows.")'}]})
+    files = {"submitted/jsmith/ps1/07_review.ipynb": review, "submitted/jnunez/ps1/07_review.ipynb": review,
+             "submitted/jnunez/ps1/timestamp.txt": "2026-12-16 05:00:00.000000 UTC"}  # a started day late
+    grade(tmp_path, files, assignment=assignment)
+    manual = tmp_path / "out" / "manual_grading.csv"
+    rows = read_rows(manual, key=None)
+    for r in rows:
+        r["score"], r["comment"] = "2", "Names the growth; add why it hurts training."
+    with open(manual, "w", newline="", encoding="utf-8") as f:  # filled in place, as a TA would
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    code, _ = grade(tmp_path, {}, assignment=assignment)
+    assert code == cli.EXIT_USAGE and "--manual-scores" in capsys.readouterr().err  # nothing overwritten
+    assert read_rows(manual, key=None)[0]["score"] == "2"
+    _, rows = grade(tmp_path, {}, "--manual-scores", str(manual), assignment=assignment)
+    assert rows["s1"]["self_check.s1 (manual)"] == "2" and rows["s2"]["self_check.s1 (manual)"] == "1.5"
+    assert "Grader's comment: Names the growth" in (tmp_path / "out" / "feedback" / "s2.md").read_text()
+    assert read_rows(manual, key=None)[1]["score"] == "2"  # written back as given, before the late deduction
+
+
+def test_students_the_roster_does_not_know_stay_out_of_the_lms_files(tmp_path):
+    files = {canvas("strangerx", 999, 1, "01_why_normalize"): notebook("01_why_normalize")}
+    _, rows = grade(tmp_path, files)
+    assert rows["999"]["status"].startswith("not in the roster")
+    assert "999" not in (tmp_path / "out" / "canvas_import.csv").read_text(encoding="utf-8-sig")
+    assert "999" not in (tmp_path / "out" / "moodle_import.csv").read_text(encoding="utf-8-sig")

@@ -28,12 +28,13 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
 
 from .assignment import Assignment, AssignmentError, ad_hoc_assignment, load_assignment
 from .files import quiz_names
-from .gradebook import ManualScoresError, grade_class, load_manual_scores, write_outputs
+from .gradebook import ManualScoresError, grade_class, load_manual_scores, merge_manual_scores, write_outputs
 from .model import QuizFormatError
 from .students import RosterError, discover, load_roster
 
@@ -74,6 +75,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _has_hand_scores(path: Path) -> bool:
+    """Whether a manual_grading.csv from an earlier run has any score or comment filled in."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            return any((row.get("score") or "").strip() or (row.get("comment") or "").strip()
+                       for row in csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+
+
 def _load(args) -> Assignment:
     if args.assignment is not None and args.quiz:
         raise SystemExit("give --assignment or --quiz, not both")
@@ -102,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     except (AssignmentError, QuizFormatError, RosterError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_COURSE_FILE
+    previous = args.out / "manual_grading.csv"
+    if args.manual_scores is None and _has_hand_scores(previous):
+        print(f"error: {previous} holds hand-given scores or comments, and this run would replace it. Pass it back "
+              f"with --manual-scores {previous} (or move it away) to keep them.", file=sys.stderr)
+        return EXIT_USAGE
     keep_open: list = []
     try:
         try:
@@ -122,9 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         except ManualScoresError as e:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_COURSE_FILE
-        for row in rows:
-            for ref in assignment.manual:
-                row.manual[ref] = scores.get((row.student.student_id, ref))
+        merge_manual_scores(rows, scores, assignment)
     try:
         write_outputs(args.out, rows, assignment)
     except OSError as e:
@@ -161,7 +175,7 @@ def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> 
     if assignment.manual:
         to_give = sum(ref in r.open_answers and r.manual.get(ref) is None for r in rows for ref in assignment.manual)
         print(f"Hand grading: {len(assignment.manual)} open question(s) worth points; {to_give} answer(s) still to "
-              "score in manual_grading.csv (merge with --manual-scores)")
+              "score" + (" in manual_grading.csv (merge with --manual-scores)" if to_give else ""))
     print(f"Wrote {out}/: gradebook.csv, canvas_import.csv, moodle_import.csv, item_analysis.csv, "
           f"manual_grading.csv, feedback/ ({len(rows)} files)")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import hashlib
+import math
 import io
 import os
 import re
@@ -41,7 +42,9 @@ class StudentRow:
     files: list[str] = field(default_factory=list)              # the files graded, one per notebook
     results: dict[str, Result | None] = field(default_factory=dict)  # per auto-scored ref (None: notebook missing)
     scores: dict[str, float] = field(default_factory=dict)      # per ref, in the assignment's points, after lateness
-    manual: dict[str, float | None] = field(default_factory=dict)
+    manual: dict[str, float | None] = field(default_factory=dict)  # hand-given points, after lateness
+    manual_factor: dict[str, float] = field(default_factory=dict)  # the late policy's share for each open item
+    comments: dict[str, str] = field(default_factory=dict)          # the hand grader's comment per open item
     open_answers: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)              # not problems: superseded files, lateness
@@ -55,11 +58,12 @@ class StudentRow:
 
     @property
     def status(self) -> str:
-        """"ok", or the problems joined by semicolons, capped at STATUS_LIMIT characters with a count of the rest."""
+        """"ok", or the problems joined by semicolons, the gravest first, capped at STATUS_LIMIT characters with a
+        count of the rest."""
         if not self.problems:
             return "ok"
         shown, length = [], 0
-        for p in self.problems:
+        for p in sorted(self.problems, key=_severity):
             if length + len(p) + 2 > STATUS_LIMIT:
                 break
             shown.append(p)
@@ -70,27 +74,49 @@ class StudentRow:
         return "; ".join(shown) + (f"; (+{rest} more problems, see feedback)" if rest else "")
 
 
+# The status column lists the gravest problems first, so its cap never hides them behind a list of blanks.
+_GRAVEST_FIRST = ("no submission", "not in the roster", "names someone else", "two files for", "missing ", ": not ",
+                  "could not", "inflates", "answer is code", "no answer cell", "not answered")
+
+
+def _severity(problem: str) -> int:
+    return next((i for i, marker in enumerate(_GRAVEST_FIRST) if marker in problem), len(_GRAVEST_FIRST))
+
+
 # --------------------------------------------------------------------------------------------------------- grading
 
+def _notebook_named(entry: Entry, assignment: Assignment) -> str | None:
+    """The notebook of the assignment a file's name points to, if any (the longest match)."""
+    clean = _STEM_CLEAN.sub("_", entry.stem.casefold())
+    named = [p.notebook for p in assignment.parts if _STEM_CLEAN.sub("_", p.notebook.casefold()) in clean]
+    return max(named, key=len) if named else None
+
+
 def _notebook_for(entry: Entry, sub: Submission, assignment: Assignment) -> str | None:
-    """Which notebook of the assignment a file is: its course stamp, else its file name, else the quizzes it answers."""
+    """Which notebook of the assignment a file is: its course stamp, else its file name, else the quizzes it answers.
+
+    A file stamped as a course notebook that is not in the assignment is none of them, whatever its name."""
     stems = [p.notebook for p in assignment.parts]
     stamped = sub.metadata.get("notebook")
     if stamped in stems:
         return stamped
-    clean = _STEM_CLEAN.sub("_", entry.stem.casefold())
-    named = [s for s in stems if _STEM_CLEAN.sub("_", s.casefold()) in clean]
-    if named:
-        return max(named, key=len)
+    if stamped:
+        return None
+    named = _notebook_named(entry, assignment)
+    if named is not None:
+        return named
     owners = {assignment.notebook_of(f.ref.partition(".")[0]) for f in sub.answers} - {None}
     return owners.pop() if len(owners) == 1 else None
 
 
-def _seed_for(student: Student, key: str | None, sub: Submission, problems: list[str]) -> str | None:
-    """The id a student's own numbers come from: setup(student=...) if it names this student, else their login."""
-    own = student.login or key or student.student_id
+def _seed_for(student: Student, entry: Entry, sub: Submission, problems: list[str]) -> str | None:
+    """The id a student's own numbers come from: setup(student=...) if it names this student; else the hub user name
+    of a home folder or nbgrader submission (what $JUPYTERHUB_USER was); else their login or id."""
+    hub = entry.key if entry.layout.endswith(("folder", "nbgrader")) else None
+    own = hub or student.login or entry.key or student.student_id
     claimed = sub.setup_student
-    if claimed is None or claimed.casefold() in student.identities | ({key.casefold()} if key else set()):
+    known = student.identities | ({entry.key.strip().casefold()} if entry.key else set())
+    if claimed is None or claimed.strip().casefold() in known:
         return claimed or own
     problems.append(f"{sub.name}: setup(student={printable(claimed, 40)!r}) names someone else; graded with this "
                     "student's own numbers")
@@ -100,8 +126,11 @@ def _seed_for(student: Student, key: str | None, sub: Submission, problems: list
 def _grade_student(student: Student, entries: list[Entry], assignment: Assignment) -> StudentRow:
     row = StudentRow(student=student, submitted=bool(entries))
     chosen: dict[str, tuple[Entry, Submission]] = {}
-    for entry in sorted(entries, key=lambda e: (e.submitted or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
-                                                e.order, e.display)):
+
+    def when(e: Entry) -> tuple:
+        return (e.submitted or dt.datetime.min.replace(tzinfo=dt.timezone.utc), e.order)
+
+    for entry in sorted(entries, key=lambda e: (when(e), e.display)):
         data = entry.read()
         if isinstance(data, str):
             row.problems.append(f"{entry.display}: {data}")
@@ -113,11 +142,20 @@ def _grade_student(student: Student, entries: list[Entry], assignment: Assignmen
             continue
         notebook = _notebook_for(entry, sub, assignment)
         if notebook is None:
-            row.problems.append(f"{entry.display}: not a notebook of this assignment (name it like "
-                                f"{assignment.parts[0].notebook}.ipynb)")
+            # Another week's notebook, or a file of the student's own: worth a note, not a problem of this row.
+            row.notes.append(f"{entry.display}: not one of this assignment's notebooks; not graded")
             continue
+        named = _notebook_named(entry, assignment)
+        if named is not None and named != notebook:
+            row.notes.append(f"{entry.display} is named like {named} but holds notebook {notebook}; graded as "
+                             f"{notebook}")
         if notebook in chosen:
-            row.notes.append(f"{chosen[notebook][0].display} was replaced by a later submission")
+            earlier = chosen[notebook][0]
+            if when(earlier) == when(entry):
+                row.problems.append(f"two files for {notebook} with nothing to tell which came later ("
+                                    f"{earlier.display}, {entry.display}); graded {entry.display}, check by hand")
+            else:
+                row.notes.append(f"{earlier.display} was replaced by a later submission, {entry.display}")
         chosen[notebook] = (entry, sub)  # entries are sorted oldest first, so the latest wins
     for part in assignment.parts:
         if part.notebook not in chosen:
@@ -134,7 +172,7 @@ def _grade_student(student: Student, entries: list[Entry], assignment: Assignmen
         factor, late_note = _lateness(entry, assignment, row)
         if late_note:
             row.notes.append(f"{part.notebook}: {late_note}")
-        _grade_part(row, part.quizzes, sub, assignment, _seed_for(student, entry.key, sub, row.problems), factor)
+        _grade_part(row, part.quizzes, sub, assignment, _seed_for(student, entry, sub, row.problems), factor)
     for ref in assignment.manual:
         row.manual.setdefault(ref, None)
     return row
@@ -184,6 +222,7 @@ def _grade_part(row: StudentRow, quiz_names: tuple[str, ...], sub: Submission, a
             else:
                 result = concrete.grade(q.id, last.value)
             if not q.scored:
+                row.manual_factor[q.ref] = factor
                 if result.status == "recorded":
                     row.open_answers[q.ref] = str(last.value)
                 continue
@@ -250,9 +289,9 @@ class ManualScoresError(ValueError):
     """A file of hand-given scores that cannot be merged; the message names the file, line and column."""
 
 
-def load_manual_scores(path: str | Path, assignment: Assignment, student_ids: set[str]) -> dict[tuple[str, str],
-                                                                                                 float]:
-    """(student_id, question) -> score from a filled-in manual_grading.csv; blank scores are left out."""
+def load_manual_scores(path: str | Path, assignment: Assignment,
+                       student_ids: set[str]) -> dict[tuple[str, str], tuple[float | None, str]]:
+    """(student_id, question) -> (score, comment) from a filled-in manual_grading.csv; a blank score is None."""
     path = Path(path)
     try:
         raw = path.read_bytes()[:20 * 1024 * 1024]
@@ -266,26 +305,41 @@ def load_manual_scores(path: str | Path, assignment: Assignment, student_ids: se
                                 "(the manual_grading.csv the grader wrote, with the score column filled in)")
     scores = {}
     for line, row in enumerate(reader, start=2):
-        sid, ref, value = (row.get(k) or "" for k in ("student_id", "question", "score"))
-        sid = sid.lstrip("'")  # written with a leading ' where it started like a formula
-        if not value.strip():
+        sid, ref, value, comment = (row.get(k) or "" for k in ("student_id", "question", "score", "comment"))
+        sid = sid.removeprefix("'")  # written with a leading ' where it started like a formula
+        comment = comment.removeprefix("'").strip()[:2000]
+        if not value.strip() and not comment:
             continue
         if ref not in assignment.manual:
             raise ManualScoresError(f"{path}: line {line}: column question: {ref!r} is not a [manual] item of the "
                                     f"assignment ({', '.join(assignment.manual) or 'none'})")
         if sid not in student_ids:
             raise ManualScoresError(f"{path}: line {line}: column student_id: {sid!r} is not a student of this batch")
+        if not value.strip():
+            scores[(sid, ref)] = (None, comment)
+            continue
         try:
             score = float(value.replace(",", "."))
         except ValueError:
             raise ManualScoresError(f"{path}: line {line}: column score: {value!r} is not a number") from None
-        if not 0 <= score <= assignment.manual[ref]:
+        if not math.isfinite(score) or not 0 <= score <= assignment.manual[ref]:
             raise ManualScoresError(f"{path}: line {line}: column score: {score:g} is outside 0 to "
                                     f"{assignment.manual[ref]:g} for {ref}")
         if (sid, ref) in scores:
             raise ManualScoresError(f"{path}: line {line}: {sid} / {ref} is scored twice")
-        scores[(sid, ref)] = score
+        scores[(sid, ref)] = (score, comment)
     return scores
+
+
+def merge_manual_scores(rows: list[StudentRow], scores: dict[tuple[str, str], tuple[float | None, str]],
+                        assignment: Assignment) -> None:
+    """Put hand-given scores (after the late policy of the notebook each item is in) and comments into the rows."""
+    for row in rows:
+        for ref in assignment.manual:
+            score, comment = scores.get((row.student.student_id, ref), (None, ""))
+            row.manual[ref] = None if score is None else score * row.manual_factor.get(ref, 1.0)
+            if comment:
+                row.comments[ref] = comment
 
 
 # --------------------------------------------------------------------------------------------------------- writing
@@ -331,8 +385,8 @@ def canvas_csv(rows: list[StudentRow], assignment: Assignment) -> str:
            ["Points Possible", "", "", "", "", assignment.max_points]]
     for r in rows:
         s = r.student
-        if not s.in_roster and s.canvas_id == "":
-            continue  # Canvas could not match the row; it stays in gradebook.csv, flagged "not in the roster"
+        if not s.in_roster:
+            continue  # the roster does not know them, so Canvas would not either; gradebook.csv flags the row
         out.append([s.name or s.student_id, s.canvas_id, s.student_id, s.login, s.section, r.total])
     return _csv(out)
 
@@ -344,7 +398,9 @@ def moodle_csv(rows: list[StudentRow], assignment: Assignment) -> str:
         s = r.student
         if not s.in_roster:
             continue  # Moodle could not match the row either; see gradebook.csv
-        out.append([s.login, s.student_id, s.email, s.name, r.total, r.status])
+        summary = f"{_num(r.total)} of {_num(assignment.max_points)} points"
+        out.append([s.login, s.student_id, s.email, s.name, r.total,
+                    summary if r.status == "ok" else f"{summary}; {r.status}"])
     return _csv(out)
 
 
@@ -387,8 +443,10 @@ def manual_grading_csv(rows: list[StudentRow], assignment: Assignment) -> str:
             if q.ref not in r.open_answers:
                 continue
             score = r.manual.get(q.ref)
-            out.append([r.student.student_id, r.student.name, q.ref, assignment.manual[q.ref],
-                        "" if score is None else score, "", r.open_answers[q.ref][:5000], _plain(q.prompt), rubric])
+            factor = r.manual_factor.get(q.ref, 1.0)
+            given = "" if score is None else (score / factor if factor else "")  # as given, before lateness
+            out.append([r.student.student_id, r.student.name, q.ref, assignment.manual[q.ref], given,
+                        r.comments.get(q.ref, ""), r.open_answers[q.ref][:5000], _plain(q.prompt), rubric])
     return _csv(out)
 
 
@@ -409,11 +467,17 @@ def feedback_markdown(row: StudentRow, assignment: Assignment) -> str:
                   res.feedback, ""]
         if res.explanation:
             lines += [f"Explanation: {res.explanation}", ""]
-    for ref, text in row.open_answers.items():
+    for q in assignment.open_questions:
+        ref = q.ref
+        if ref not in row.open_answers and ref not in assignment.manual:
+            continue
         score = row.manual.get(ref)
         head = (f"{_num(score)}/{_num(assignment.manual[ref])}, graded by hand" if score is not None
-                else "graded by hand" if ref in assignment.manual else "not scored")
+                else "to be graded by hand" if ref in assignment.manual else "not scored")
+        text = row.open_answers.get(ref, "(not answered)")
         lines += [f"## {ref} (open, {head})", "", text[:2000], ""]
+        if row.comments.get(ref):
+            lines += [f"Grader's comment: {row.comments[ref]}", ""]
     return "\n".join(lines)
 
 

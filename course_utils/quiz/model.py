@@ -43,6 +43,11 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
 _VIEW: tuple[Callable, Callable] | None = None
 
 
+def normal_id(student_id: str) -> str:
+    """A student id as it seeds their numbers: spaces around it dropped, case folded."""
+    return student_id.strip().casefold()
+
+
 class QuizFormatError(ValueError):
     """A quiz file that does not follow the schema in quizzes/README.md."""
 
@@ -270,7 +275,8 @@ class Question:
         chapter = self.with_values(dict(zip(t.names, t.defaults)))
         if student_id is None:
             return chapter
-        seed = hashlib.sha256(f"{student_id}|{self.ref}".encode()).digest()
+        # Ids are compared as people write them: "JNunez3 " on the roster and "jnunez3" on the hub are one student.
+        seed = hashlib.sha256(f"{normal_id(student_id)}|{self.ref}".encode()).digest()
         rng = random.Random(int.from_bytes(seed, "big"))
         for _ in range(MAX_DRAWS):
             indices = tuple(rng.randrange(p.size) for p in t.params)
@@ -504,8 +510,14 @@ def _record(q: Question, response: Any) -> Result:
                        response=response.strip()[:80])
     else:
         return _result(q, "unreadable", f"Give {q.expected_form}.")
-    return _result(q, "recorded", f"Recorded: {shown}. Your instructor grades this answer; hand in this notebook.",
-                   response=read)
+    note = ""
+    if q.parameterised and q.student is None:
+        # The grader will use this student's own numbers; these are the chapter's. Say so before it costs points.
+        note = (' **No student id is set, so these are the chapter\'s example numbers, not yours.** Put the id your '
+                'instructor gave you in the setup cell, `setup(seed=0, student="s0042")`, run it, then run this cell '
+                "again and answer with the numbers it shows.")
+    return _result(q, "recorded", f"Recorded: {shown}. Your instructor grades this answer; hand in this notebook."
+                   + note, response=read)
 
 
 def _pick(q: Question, response: Any) -> Choice | Result:

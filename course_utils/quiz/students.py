@@ -142,7 +142,12 @@ def load_roster(path: str | Path) -> Roster:
         if values["name"].casefold() in ("points possible", "student, test") or not any(values.values()):
             continue  # the second line of a Canvas export, and its test student
         if not values["student_id"]:
-            raise RosterError(f"{path}: line {line}: column student_id is empty")
+            # A course not linked to a student information system leaves Canvas's SIS User ID blank: the LMS's own
+            # id, the login or the email still name the student.
+            values["student_id"] = values["canvas_id"] or values["login"] or values["email"]
+        if not values["student_id"]:
+            raise RosterError(f"{path}: line {line}: no id for this student: student_id (or canvas_id, login, "
+                              "email) is empty")
         student = Student(**{k: values[k] for k in _ROSTER_COLUMNS - {"aliases"}})
         if student.student_id.casefold() in roster.by_identity and any(
                 s.student_id == student.student_id for s in roster.students):
@@ -223,7 +228,7 @@ def _walk(root: Path) -> Iterable[tuple[tuple[str, ...], os.DirEntry | None, str
             if is_dir:
                 if len(parts) < MAX_DEPTH:
                     subfolders.append((Path(entry.path), (*parts, entry.name)))
-            elif entry.name.endswith(".ipynb") or entry.name == "timestamp.txt":
+            elif entry.name.endswith((".ipynb", ".zip")) or entry.name == "timestamp.txt":
                 yield (*parts, entry.name), entry, ""
         stack.extend(reversed(subfolders))
 
@@ -253,28 +258,35 @@ def _classify(parts: tuple[str, ...], origin: str) -> dict:
     """Who a file belongs to and which notebook it is, from its path relative to the folder (or zip) given."""
     filename = parts[-1]
     base = filename[:-len(".ipynb")]
+    # Outside an LMS download a "-1" or " (1)" suffix (a second browser download, a copy) says nothing of which file
+    # came later, so only the LMS's suffix orders files; two files with nothing else between them are reported.
     if len(parts) >= 4 and "submitted" in parts[:-3]:
         i = len(parts) - 1 - parts[::-1].index("submitted")
         if len(parts) - i >= 4:
-            stem, n = _strip_resubmission(base)
-            return dict(key=parts[i + 1], layout="nbgrader", stem=stem, order=(0, n))
+            return dict(key=parts[i + 1], layout="nbgrader", stem=_strip_resubmission(base)[0], order=(0, 0))
     m = _CANVAS.fullmatch(filename)
     if m:
         stem, n = _strip_resubmission(m.group("file")[:-len(".ipynb")] if m.group("file").endswith(".ipynb")
                                       else m.group("file"))
         return dict(key=m.group("uid"), layout=f"{origin}lms", stem=stem, late_flag=bool(m.group("late")),
                     order=(int(m.group("sid")), n), name_hint=m.group("name"))
-    stem, n = _strip_resubmission(base)
+    stem = _strip_resubmission(base)[0]
     if len(parts) >= 2:
-        return dict(key=parts[0], layout=f"{origin}folder", stem=stem, order=(0, n))
-    return dict(key=None, layout=origin or "file", stem=stem, order=(0, n))
+        return dict(key=parts[0], layout=f"{origin}folder", stem=stem, order=(0, 0))
+    return dict(key=None, layout=origin or "file", stem=stem, order=(0, 0))
 
 
-def _zip_entries(path: Path, display_root: str, keep_open: list) -> tuple[list[Entry], list[str]]:
-    data = _read_zip_handle(path)
-    if isinstance(data, str):
-        return [], [f"{display_root}: {data}"]
-    zf = data
+def _inherit(where: dict, owner: dict | None) -> dict:
+    """A zip member's file name says which notebook it is; an LMS-named zip says whose it is and when."""
+    if owner is None or owner.get("key") is None:
+        return where
+    return {**where, **{k: owner[k] for k in ("key", "layout", "late_flag", "order", "name_hint", "submitted")
+                        if k in owner}}
+
+
+def _zip_entries(zf: zipfile.ZipFile, display_root: str, keep_open: list, owner: dict | None = None,
+                 nested: bool = False) -> tuple[list[Entry], list[str]]:
+    """The notebooks in an open zip (and in zips inside it, one level down), never extracted."""
     keep_open.append(zf)
     entries, problems = [], []
     infos = zf.infolist()
@@ -284,24 +296,46 @@ def _zip_entries(path: Path, display_root: str, keep_open: list) -> tuple[list[E
         if info.is_dir():
             continue
         parts = tuple(p for p in info.filename.replace("\\", "/").split("/") if p not in ("", ".", ".."))
-        if not parts or not parts[-1].endswith(".ipynb") or any(p.startswith(".") or p == "__MACOSX" for p in parts):
+        if not parts or any(p.startswith(".") or p == "__MACOSX" for p in parts):
             continue
-        where = _classify(parts, "zip:")
-
-        def read(info=info) -> bytes | str:
-            if info.file_size > MAX_BYTES:
-                return f"inflates to over {MAX_BYTES // (1024 * 1024)} MB, not read"
+        where = _inherit(_classify(parts, "zip:"), owner)
+        member_name = printable(f"{display_root}:{'/'.join(parts)}")
+        if parts[-1].endswith(".zip"):
+            if nested:
+                problems.append(f"{member_name}: a zip inside a zip inside a zip; not opened")
+                continue
+            content = _read_member(zf, info)
+            if isinstance(content, str):
+                problems.append(f"{member_name}: {content}")
+                continue
             try:
-                with zf.open(info) as member:
-                    content = member.read(MAX_BYTES + 1)
-            except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError, EOFError, ValueError) as e:
-                return f"could not be unzipped ({type(e).__name__})"
-            if len(content) > MAX_BYTES:
-                return f"inflates to over {MAX_BYTES // (1024 * 1024)} MB, not read"
-            return content
-
-        entries.append(Entry(display=printable(f"{display_root}:{'/'.join(parts)}"), read=read, **where))
+                inner = zipfile.ZipFile(io.BytesIO(content))
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+                problems.append(f"{member_name}: not a readable zip file ({type(e).__name__})")
+                continue
+            found, more = _zip_entries(inner, member_name, keep_open, _inherit(_classify(parts, "zip:"), owner),
+                                       nested=True)
+            entries += found
+            problems += more
+            continue
+        if not parts[-1].endswith(".ipynb"):
+            continue
+        entries.append(Entry(display=member_name, read=lambda info=info: _read_member(zf, info), **where))
     return entries, problems
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes | str:
+    """A zip member's bytes, refused by its declared size and cut off at the cap whatever it declares."""
+    if info.file_size > MAX_BYTES:
+        return f"inflates to over {MAX_BYTES // (1024 * 1024)} MB, not read"
+    try:
+        with zf.open(info) as member:
+            content = member.read(MAX_BYTES + 1)
+    except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError, EOFError, ValueError) as e:
+        return f"could not be unzipped ({type(e).__name__})"
+    if len(content) > MAX_BYTES:
+        return f"inflates to over {MAX_BYTES // (1024 * 1024)} MB, not read"
+    return content
 
 
 def _read_zip_handle(path: Path) -> zipfile.ZipFile | str:
@@ -332,25 +366,28 @@ def discover(paths: Iterable[str | Path], keep_open: list, file_times: bool = Fa
     """
     entries, problems, zips_seen = [], [], set()
 
-    def add_zip(path: Path) -> None:
+    def add_zip(path: Path, shown: str, owner: dict | None) -> None:
         real = os.path.realpath(path)
         if real in zips_seen:
             return
         zips_seen.add(real)
-        found, more = _zip_entries(path, printable(os.fsdecode(path)), keep_open)
+        zf = _read_zip_handle(path)
+        if isinstance(zf, str):
+            problems.append(f"{shown}: {zf}")
+            return
+        found, more = _zip_entries(zf, shown, keep_open, owner)
         entries.extend(found)
         problems.extend(more)
 
     for given in map(Path, paths):
         if not os.path.lexists(given):
             raise FileNotFoundError(given)
-        root_name = printable(os.fsdecode(given))
         if given.is_dir():
             timestamps: dict[tuple[str, ...], Path] = {}
             files = []
             for parts, entry, problem in _walk(given):
                 if problem:
-                    problems.append(f"{root_name}/{printable('/'.join(parts))}: {problem}")
+                    problems.append(f"{printable('/'.join(parts)) or printable(os.fsdecode(given))}: {problem}")
                 elif parts[-1] == "timestamp.txt":
                     timestamps[parts[:-1]] = Path(entry.path)
                 else:
@@ -363,15 +400,19 @@ def discover(paths: Iterable[str | Path], keep_open: list, file_times: bool = Fa
                         where["submitted"] = _nbgrader_time(text[:200].decode("utf-8", "replace"))
                 elif file_times:
                     where["submitted"] = _mtime(entry)
-                entries.append(Entry(display=printable(f"{root_name}/{'/'.join(parts)}"),
-                                     read=lambda p=entry.path: _read_regular(p), **where))
-            for zpath in sorted(_zips(given)):
-                add_zip(zpath)
+                shown = printable("/".join(parts))
+                if parts[-1].endswith(".zip"):
+                    if entry.is_file(follow_symlinks=False):
+                        # An LMS download saved beside other files, or a zip a student handed in: its own name
+                        # (or folder) says whose notebooks are inside.
+                        add_zip(Path(entry.path), shown, where if len(parts) > 1 or where["key"] else None)
+                    continue
+                entries.append(Entry(display=shown, read=lambda p=entry.path: _read_regular(p), **where))
         elif str(given).endswith(".zip"):
-            add_zip(given)
+            add_zip(given, printable(given.name), None)
         else:
             where = _classify((given.parent.name, given.name) if given.parent.name else (given.name,), "")
-            entries.append(Entry(display=root_name, read=lambda p=given: _read_regular(p), **where))
+            entries.append(Entry(display=printable(given.name), read=lambda p=given: _read_regular(p), **where))
     return entries, problems
 
 
@@ -380,12 +421,3 @@ def _mtime(entry: os.DirEntry) -> dt.datetime | None:
         return dt.datetime.fromtimestamp(entry.stat(follow_symlinks=False).st_mtime, dt.timezone.utc)
     except OSError:
         return None
-
-
-def _zips(folder: Path) -> list[Path]:
-    """The .zip files directly in a folder (an LMS download saved beside other files); links are skipped."""
-    try:
-        with os.scandir(folder) as it:
-            return [Path(e.path) for e in it if e.name.endswith(".zip") and e.is_file(follow_symlinks=False)]
-    except OSError:
-        return []
