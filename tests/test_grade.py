@@ -470,3 +470,29 @@ def test_students_the_roster_does_not_know_stay_out_of_the_lms_files(tmp_path):
     assert rows["999"]["status"].startswith("not in the roster")
     assert "999" not in (tmp_path / "out" / "canvas_import.csv").read_text(encoding="utf-8-sig")
     assert "999" not in (tmp_path / "out" / "moodle_import.csv").read_text(encoding="utf-8-sig")
+
+
+def test_feedback_without_explanations_gives_no_key_away(tmp_path):
+    files = {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize", wrong)}
+    grade(tmp_path, files, "--no-explanations")
+    text = (tmp_path / "out" / "feedback" / "s1.md").read_text(encoding="utf-8")
+    assert "Your answer:" in text and ": wrong" in text
+    for q in QUIZ["01_why_normalize"].questions:
+        assert q.explanation.splitlines()[0] not in text
+        assert not any(c.feedback and c.feedback.splitlines()[0] in text for c in q.choices)
+        assert not any(m.feedback.splitlines()[0] in text for m in q.mistakes)
+
+
+@pytest.mark.parametrize("unknown_days,total", [(1, "4.5"), (3, "1.5"), (4, "0")])
+def test_an_lms_late_flag_counts_as_unknown_days(tmp_path, unknown_days, total):
+    assignment = ASSIGNMENT.replace("max_days = 3", f"max_days = 3\nunknown_days = {unknown_days}")
+    files = {canvas("smithjane", 101, 9, stem, late=True): notebook(stem) for stem in QUIZ}
+    _, rows = grade(tmp_path, files, assignment=assignment)
+    assert (rows["s1"]["total"], rows["s1"]["late"], rows["s1"]["days_late"]) == (total, "yes", "unknown")
+
+
+def test_a_typo_in_the_late_table_names_the_key(tmp_path, capsys):
+    (tmp_path / "a.toml").write_text(ASSIGNMENT.replace("grace_minutes", "grace_minuets"), encoding="utf-8")
+    write(tmp_path / "c", {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize")})
+    code = main([str(tmp_path / "c"), "--assignment", str(tmp_path / "a.toml"), "--out", str(tmp_path / "o")])
+    assert code == cli.EXIT_COURSE_FILE and "late: unknown keys ['grace_minuets']" in capsys.readouterr().err

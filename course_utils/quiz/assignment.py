@@ -9,6 +9,7 @@ An instructor describes it in a small TOML file (quizzes/assignments/whole_cours
     grace_minutes = 15
     deduct_per_day = 0.1                   # share of the score lost per started day late ("deduct")
     max_days = 7                           # later than this scores 0 ("deduct")
+    unknown_days = 1                       # how late an LMS "late" flag without a time counts
     [[notebooks]]
     notebook = "07_review"
     quizzes = ["chapter_2_4", "07_review", "self_check", "interview"]
@@ -23,6 +24,7 @@ The grader grades exactly the scored questions of the listed quizzes, each answe
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import math
 import re
 import tomllib
@@ -49,6 +51,7 @@ class LatePolicy:
     grace_minutes: float = 0.0
     deduct_per_day: float = 0.0
     max_days: float | None = None
+    unknown_days: float = 1.0
 
     def days_late(self, due: dt.datetime | None, submitted: dt.datetime | None) -> float:
         """Days after due + grace (0 when on time or when either time is unknown)."""
@@ -58,11 +61,15 @@ class LatePolicy:
         return max(late, 0.0) / 86400
 
     def factor(self, days_late: float, late_flag: bool) -> tuple[float, str]:
-        """The share of the score kept, and a sentence saying why (empty when on time)."""
+        """The share of the score kept, and a sentence saying why (empty when on time).
+
+        An LMS download (Canvas's `_LATE_`) says that a file was late but not by how much: it counts as
+        `unknown_days` days late."""
         if days_late <= 0 and not late_flag:
             return 1.0, ""
-        days = math.ceil(days_late) if days_late > 0 else 1  # an LMS "late" flag without a time counts as one day
-        when = f"{days_late:.2f} days late" if days_late > 0 else "marked late by the LMS (time unknown: one day)"
+        days = math.ceil(days_late) if days_late > 0 else self.unknown_days
+        when = (f"{days_late:.2f} days late" if days_late > 0 else
+                f"marked late by the LMS, which does not say by how much (counted as {self.unknown_days:g} day(s))")
         if self.policy == "accept":
             return 1.0, f"{when}; accepted without penalty"
         if self.policy == "reject" or (self.max_days is not None and days > self.max_days):
@@ -113,6 +120,16 @@ class Assignment:
     @property
     def max_points(self) -> float:
         return sum(self.points_of(q.ref) for q in self.questions) + sum(self.manual.values())
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of every key, explanation and point this assignment grades with, to tell two runs apart."""
+        digest = hashlib.sha256(repr((sorted(self.points.items()), sorted(self.manual.items()), [
+            (q.ref, q.kind, q.points, q.answer, q.tolerance, q.rel_tolerance, q.decimals,
+             getattr(q, "template", None) and repr(q.template), [(c.label, c.feedback) for c in q.choices],
+             [(m.value, m.feedback) for m in q.mistakes]) for name in sorted(self.quizzes)
+            for q in self.quizzes[name].questions])).encode())
+        return digest.hexdigest()[:12]
 
     def notebook_of(self, quiz: str) -> str | None:
         """The notebook in which a quiz is answered, or None if the quiz is not part of the assignment."""
@@ -178,8 +195,11 @@ def load_assignment(path: str | Path) -> Assignment:
         if due.tzinfo is None:
             raise fail("due", "needs a time-zone offset (e.g. 2026-12-15T23:59:00+01:00 or ...Z for UTC)")
     late = data.get("late", {})
-    if not isinstance(late, dict) or set(late) - {"policy", "grace_minutes", "deduct_per_day", "max_days"}:
-        raise fail("late", "must be a table with policy, grace_minutes, deduct_per_day, max_days")
+    late_keys = {"policy", "grace_minutes", "deduct_per_day", "max_days", "unknown_days"}
+    if not isinstance(late, dict):
+        raise fail("late", f"must be a table with {', '.join(sorted(late_keys))}")
+    if set(late) - late_keys:
+        raise fail("late", f"unknown keys {sorted(set(late) - late_keys)} (allowed: {', '.join(sorted(late_keys))})")
     policy = late.get("policy", "accept")
     if policy not in LATE_POLICIES:
         raise fail("late.policy", f"must be one of {', '.join(LATE_POLICIES)}, got {policy!r}")
@@ -191,7 +211,8 @@ def load_assignment(path: str | Path) -> Assignment:
     max_days = late.get("max_days")
     late_policy = LatePolicy(policy=policy, grace_minutes=_number(late.get("grace_minutes", 0), "late.grace_minutes",
                                                                   fail), deduct_per_day=deduct,
-                             max_days=None if max_days is None else _number(max_days, "late.max_days", fail))
+                             max_days=None if max_days is None else _number(max_days, "late.max_days", fail),
+                             unknown_days=_number(late.get("unknown_days", 1), "late.unknown_days", fail))
     raw = data.get("notebooks")
     if not isinstance(raw, list) or not raw:
         raise fail("notebooks", "must be a non-empty array of tables ([[notebooks]] with notebook and quizzes)")

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from .assignment import Assignment, AssignmentError, ad_hoc_assignment, load_assignment
-from .files import quiz_names
+from .files import quiz_dir, quiz_names
 from .gradebook import ManualScoresError, grade_class, load_manual_scores, merge_manual_scores, write_outputs
 from .model import QuizFormatError
 from .students import RosterError, discover, load_roster
@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="date a notebook that has no nbgrader timestamp.txt by its modification time (home "
                              "folders copied with their times kept, e.g. rsync -a); off by default, since a plain "
                              "copy sets every time to now")
+    parser.add_argument("--no-explanations", action="store_true",
+                        help="feedback files say only right or wrong per question, with no explanation or hint that "
+                             "gives a key away: for feedback sent while late work is still accepted")
     parser.add_argument("--no-progress", action="store_true",
                         help=f"no progress bar (one is shown on stderr for {PROGRESS_MIN} or more students)")
     return parser
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_COURSE_FILE
         merge_manual_scores(rows, scores, assignment)
     try:
-        write_outputs(args.out, rows, assignment)
+        write_outputs(args.out, rows, assignment, keys=not args.no_explanations)
     except OSError as e:
         print(f"error: could not write to {args.out}: {e}", file=sys.stderr)
         return EXIT_OUTPUT
@@ -160,6 +163,7 @@ def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> 
     due = f"; due {assignment.due:%Y-%m-%d %H:%M %Z}" if assignment.due else ""
     print(f"Assignment: {assignment.title}: {len(assignment.parts)} notebook(s), {len(assignment.questions)} "
           f"auto-graded question(s), {assignment.max_points:g} points{due}")
+    print(f"Keys: {quiz_dir()}, fingerprint {assignment.fingerprint} (the same keys give the same fingerprint)")
     late = [r.student.student_id for r in rows if r.late]
     print(f"Students: {len(rows)} ({sum(r.submitted for r in rows)} handed something in), {n_files} file(s) read; "
           f"{len(rows) - len(bad)} ok, {len(bad)} with problems, {len(late)} late"

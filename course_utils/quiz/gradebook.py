@@ -363,6 +363,12 @@ def _csv(rows) -> str:
     return buffer.getvalue()
 
 
+def _days(r: StudentRow) -> str:
+    if r.days_late > 0:
+        return f"{r.days_late:.2f}"
+    return "unknown" if r.late else "0"
+
+
 def gradebook_csv(rows: list[StudentRow], assignment: Assignment) -> str:
     refs = [q.ref for q in assignment.questions]
     manual = list(assignment.manual)
@@ -372,7 +378,7 @@ def gradebook_csv(rows: list[StudentRow], assignment: Assignment) -> str:
     for r in rows:
         s = r.student
         out.append([s.student_id, s.name, s.login, s.email, r.status, "yes" if r.late else "no",
-                    f"{r.days_late:.2f}", " | ".join(r.files), *(r.scores.get(ref, 0.0) for ref in refs),
+                    _days(r), " | ".join(r.files), *(r.scores.get(ref, 0.0) for ref in refs),
                     *("" if r.manual.get(ref) is None else r.manual[ref] for ref in manual), r.total, maximum,
                     f"{100 * r.total / maximum:.1f}" if maximum else ""])
     return _csv(out)
@@ -450,7 +456,9 @@ def manual_grading_csv(rows: list[StudentRow], assignment: Assignment) -> str:
     return _csv(out)
 
 
-def feedback_markdown(row: StudentRow, assignment: Assignment) -> str:
+def feedback_markdown(row: StudentRow, assignment: Assignment, keys: bool = True) -> str:
+    """A student's feedback file; with keys=False each question says only right or wrong (nothing that gives a key
+    away), for feedback sent while late work is still coming in."""
     s = row.student
     lines = [f"# Feedback: {s.name or s.student_id} ({s.student_id})", "", f"Assignment: {assignment.title}", "",
              f"Score: {_num(row.total)} / {_num(assignment.max_points)}", ""]
@@ -463,8 +471,11 @@ def feedback_markdown(row: StudentRow, assignment: Assignment) -> str:
         if res is None:
             lines += [f"## {q.ref}: notebook not handed in", ""]
             continue
-        lines += [f"## {q.ref} ({_num(row.scores[q.ref])}/{_num(assignment.points_of(q.ref))}): {res.status}", "",
-                  res.feedback, ""]
+        lines += [f"## {q.ref} ({_num(row.scores[q.ref])}/{_num(assignment.points_of(q.ref))}): {res.status}", ""]
+        if not keys:
+            lines += ([f"Your answer: {printable(res.response, 80)}", ""] if res.response else [])
+            continue
+        lines += [res.feedback, ""]
         if res.explanation:
             lines += [f"Explanation: {res.explanation}", ""]
     for q in assignment.open_questions:
@@ -507,7 +518,7 @@ def _write(path: Path, data: bytes, sync: bool = True) -> None:
             os.fsync(f.fileno())
 
 
-def write_outputs(out: Path, rows: list[StudentRow], assignment: Assignment) -> dict[str, Path]:
+def write_outputs(out: Path, rows: list[StudentRow], assignment: Assignment, keys: bool = True) -> dict[str, Path]:
     """Write every output into a new folder inside `out`, then move each into place; returns what was written."""
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(dir=out, prefix=".grading-"))
@@ -521,7 +532,7 @@ def write_outputs(out: Path, rows: list[StudentRow], assignment: Assignment) -> 
             _write(stage / name, text.encode("utf-8-sig"))
         (stage / "feedback").mkdir()
         for row, name in zip(rows, _feedback_names(rows)):
-            _write(stage / "feedback" / name, feedback_markdown(row, assignment).encode("utf-8"), sync=False)
+            _write(stage / "feedback" / name, feedback_markdown(row, assignment, keys).encode("utf-8"), sync=False)
         for name in texts:
             os.replace(stage / name, out / name)
         old = out / "feedback"
