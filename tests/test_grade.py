@@ -496,3 +496,10 @@ def test_a_typo_in_the_late_table_names_the_key(tmp_path, capsys):
     write(tmp_path / "c", {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize")})
     code = main([str(tmp_path / "c"), "--assignment", str(tmp_path / "a.toml"), "--out", str(tmp_path / "o")])
     assert code == cli.EXIT_COURSE_FILE and "late: unknown keys ['grace_minuets']" in capsys.readouterr().err
+
+
+def test_files_nobody_owns_are_listed_in_not_graded_txt(tmp_path):
+    code, _ = grade(tmp_path, {"loose.ipynb": notebook("01_why_normalize"),
+                               "jsmith/01_why_normalize.ipynb": notebook("01_why_normalize")}, roster=None)
+    listed = (tmp_path / "out" / "not_graded.txt").read_text(encoding="utf-8")
+    assert code == cli.EXIT_PROBLEMS and "loose.ipynb: cannot tell whose file this is" in listed

@@ -12,7 +12,8 @@ notebook, the late flag, and a status naming what is missing.
 
 Output in --out (replaced whole on every run): gradebook.csv, canvas_import.csv (Canvas's gradebook import),
 moodle_import.csv (Moodle's CSV grade import), item_analysis.csv, manual_grading.csv (the open answers, to score by
-hand and merge back with --manual-scores) and feedback/<student>.md.
+hand and merge back with --manual-scores), not_graded.txt (files no student could be found for) and
+feedback/<student>.md.
 
 No submission can stop the batch: links are not followed, FIFOs and devices not opened, files over 10 MB not read,
 reading one notebook is bounded in time and memory, and anything unforeseen is reported in that student's row.
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_COURSE_FILE
         merge_manual_scores(rows, scores, assignment)
     try:
-        write_outputs(args.out, rows, assignment, keys=not args.no_explanations)
+        write_outputs(args.out, rows, assignment, keys=not args.no_explanations, not_graded=unowned + unlisted)
     except OSError as e:
         print(f"error: could not write to {args.out}: {e}", file=sys.stderr)
         return EXIT_OUTPUT
@@ -172,16 +173,16 @@ def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> 
         count = sum(any(marker in p for p in r.problems) for r in rows)
         if count:
             print(f"  {count:4d} with {label}")
-    for line in unowned[:10]:
+    for line in unowned[:5]:
         print(f"  not graded: {line}")
-    if len(unowned) > 10:
-        print(f"  ... and {len(unowned) - 10} more files not graded")
+    if unowned:
+        print(f"  {len(unowned)} file(s) or folder(s) not graded in all: listed in not_graded.txt")
     if assignment.manual:
         to_give = sum(ref in r.open_answers and r.manual.get(ref) is None for r in rows for ref in assignment.manual)
         print(f"Hand grading: {len(assignment.manual)} open question(s) worth points; {to_give} answer(s) still to "
               "score" + (" in manual_grading.csv (merge with --manual-scores)" if to_give else ""))
     print(f"Wrote {out}/: gradebook.csv, canvas_import.csv, moodle_import.csv, item_analysis.csv, "
-          f"manual_grading.csv, feedback/ ({len(rows)} files)")
+          f"manual_grading.csv, not_graded.txt, feedback/ ({len(rows)} files)")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ __all__ = ["StudentRow", "ManualScoresError", "grade_class", "load_manual_scores
 
 STATUS_LIMIT = 300   # characters of the status column; the full list is in the student's feedback file
 OUTPUT_FILES = ("gradebook.csv", "canvas_import.csv", "moodle_import.csv", "item_analysis.csv",
-                "manual_grading.csv", "feedback")
+                "manual_grading.csv", "not_graded.txt", "feedback")
 _STEM_CLEAN = re.compile(r"[^a-z0-9]+")
 
 
@@ -199,7 +199,7 @@ def _grade_part(row: StudentRow, quiz_names: tuple[str, ...], sub: Submission, a
                          f"({shown}{', ...' if len(extra) > 3 else ''})")
     for name in quiz_names:
         quiz = assignment.quizzes[name]
-        concrete = quiz.for_student(seed) if hasattr(quiz, "for_student") else quiz
+        concrete = quiz.for_student(seed)
         for q in concrete.questions:
             answers = by_ref.get(q.ref, [])
             if not answers:
@@ -518,7 +518,8 @@ def _write(path: Path, data: bytes, sync: bool = True) -> None:
             os.fsync(f.fileno())
 
 
-def write_outputs(out: Path, rows: list[StudentRow], assignment: Assignment, keys: bool = True) -> dict[str, Path]:
+def write_outputs(out: Path, rows: list[StudentRow], assignment: Assignment, keys: bool = True,
+                  not_graded: list[str] = ()) -> dict[str, Path]:
     """Write every output into a new folder inside `out`, then move each into place; returns what was written."""
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(dir=out, prefix=".grading-"))
@@ -527,6 +528,7 @@ def write_outputs(out: Path, rows: list[StudentRow], assignment: Assignment, key
                  "moodle_import.csv": moodle_csv(rows, assignment),
                  "item_analysis.csv": item_analysis_csv(rows, assignment),
                  "manual_grading.csv": manual_grading_csv(rows, assignment)}
+        texts["not_graded.txt"] = "".join(f"{line}\n" for line in not_graded) or "Every file was matched to a student.\n"
         for name, text in texts.items():
             # UTF-8 with a byte-order mark: Excel then reads accents right; Canvas, Moodle and csv readers accept it.
             _write(stage / name, text.encode("utf-8-sig"))
