@@ -263,17 +263,24 @@ def test_canvas_and_moodle_imports_follow_their_formats(tmp_path):
     assert lines[1] == {"Student": "Smith, Jane", "ID": "101", "SIS User ID": "s1", "SIS Login ID": "jsmith",
                         "Section": "A", "Norms, part 1": "6"}
     moodle = read_rows(out / "moodle_import.csv", key="Email address")
-    assert moodle["jane@uni.edu"]["Norms, part 1"] == "6" and moodle["never@uni.edu"]["Feedback"] == "0 of 6 points; no submission"
+    assert moodle["jane@uni.edu"]["Norms, part 1"] == "6"
+    assert moodle["never@uni.edu"]["Feedback"] == "0 of 6 points; no submission"
     assert moodle["jane@uni.edu"]["Feedback"] == "6 of 6 points"
     assert (out / "canvas_import.csv").read_bytes().startswith(b"\xef\xbb\xbf")  # Excel reads the accents right
 
 
-def test_open_answers_go_to_a_manual_grading_file_and_hand_scores_merge_back(tmp_path, capsys):
+def with_hand_graded_item(answer_literal: str) -> tuple[str, str]:
+    """The assignment plus notebook 07's self_check quiz, s1 worth 2 points by hand; a 07 answering s1."""
     assignment = ASSIGNMENT.replace('quizzes = ["03_layernorm"]', 'quizzes = ["03_layernorm"]\n[[notebooks]]\n'
                                     'notebook = "07_review"\nquizzes = ["self_check"]') + '[manual]\n"self_check.s1" = 2\n'
     review = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {"course": {"notebook": "07_review"}},
                          "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-                                    "source": 'answer("self_check.s1", r"""The sum grows with depth.""")'}]})
+                                    "source": f'answer("self_check.s1", {answer_literal})'}]})
+    return assignment, review
+
+
+def test_open_answers_go_to_a_manual_grading_file_and_hand_scores_merge_back(tmp_path, capsys):
+    assignment, review = with_hand_graded_item('r"""The sum grows with depth."""')
     files = {"jsmith/07_review.ipynb": review, "jnunez/07_review.ipynb": review.replace("grows", "=shrinks")}
     _, rows = grade(tmp_path, files, assignment=assignment)
     assert rows["s1"]["self_check.s1 (manual)"] == "" and rows["s1"]["max"] == "8"
@@ -439,11 +446,7 @@ def test_setup_student_is_compared_as_people_write_ids(tmp_path, claimed, flagge
 
 
 def test_hand_scores_keep_their_comments_follow_the_late_policy_and_are_never_overwritten(tmp_path, capsys):
-    assignment = ASSIGNMENT.replace('quizzes = ["03_layernorm"]', 'quizzes = ["03_layernorm"]\n[[notebooks]]\n'
-                                    'notebook = "07_review"\nquizzes = ["self_check"]') + '[manual]\n"self_check.s1" = 2\n'
-    review = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {"course": {"notebook": "07_review"}},
-                         "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-                                    "source": 'answer("self_check.s1", "The sum grows.")'}]})
+    assignment, review = with_hand_graded_item('"The sum grows."')
     files = {"submitted/jsmith/ps1/07_review.ipynb": review, "submitted/jnunez/ps1/07_review.ipynb": review,
              "submitted/jnunez/ps1/timestamp.txt": "2026-12-16 05:00:00.000000 UTC"}  # a started day late
     grade(tmp_path, files, assignment=assignment)
