@@ -54,10 +54,23 @@ Each question has an answer cell, `answer("<quiz>.<id>", ...)`. Replace the `...
 the letter of a choice in quotes) and run the cell: it records your answer and checks its form. This copy of the
 course carries no answer keys; your instructor grades the notebooks you hand in.
 
-The calculations give each student their own numbers. On JupyterHub they follow your login; elsewhere put your login
-in the setup cell, `setup(seed=0, student="your login")`, before you answer. Hand in the notebooks as they are after
-you have answered, without renaming them.
+Four questions of notebook 07 (the chapter's calculations, `chapter_2_4.q5` to `q8`) give each student their own
+numbers, drawn from their student id. On JupyterHub your login is used. Elsewhere, put the id your instructor gives
+you into notebook 07's first code cell, `setup(seed=0, student="s0042")`, run it, and then run each answer cell to
+see your numbers. Without an id you see the chapter's example numbers, which are not yours, and the answer cell says
+so. Every other question is the same for everyone.
+
+The quiz widget after the answer cells is a practice form: what you give there is not collected. Hand in the notebooks
+as they are after you have answered, without renaming them.
 """
+
+
+def _troubleshooting(source: Path) -> str:
+    """The course README's Troubleshooting table, which the notebooks point learners to."""
+    readme = source / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    match = re.search(r"^## Troubleshooting\n.*?(?=^## |\Z)", text, re.S | re.M)
+    return "\n" + match.group(0).rstrip() + "\n" if match else ""
 
 
 class UsageError(Exception):
@@ -283,7 +296,7 @@ def build_release(out: Path, force: bool = False, source: Path = ROOT) -> Summar
     summary.data_files = _copy_tree(source / "data", out / "data")
     for name in TOP_FILES:
         shutil.copy2(source / name, out / name)
-    (out / "README.md").write_text(STUDENT_README, encoding="utf-8")
+    (out / "README.md").write_text(STUDENT_README + _troubleshooting(source), encoding="utf-8")
     quizzes = out / "quizzes"
     quizzes.mkdir()
     for path in sorted((source / "quizzes").glob("*.toml")):

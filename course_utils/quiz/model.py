@@ -511,6 +511,8 @@ def _record(q: Question, response: Any) -> Result:
     else:
         return _result(q, "unreadable", f"Give {q.expected_form}.")
     note = ""
+    if q.parameterised and q.student is not None:
+        note = f" (Your numbers, student {q.student}: " + ", ".join(f"{n} = {_show(v)}" for n, v in q.values) + ".)"
     if q.parameterised and q.student is None:
         # The grader will use this student's own numbers; these are the chapter's. Say so before it costs points.
         note = (' **No student id is set, so these are the chapter\'s example numbers, not yours.** Put the id your '
