@@ -528,7 +528,8 @@ def write_outputs(out: Path, rows: list[StudentRow], assignment: Assignment, key
                  "moodle_import.csv": moodle_csv(rows, assignment),
                  "item_analysis.csv": item_analysis_csv(rows, assignment),
                  "manual_grading.csv": manual_grading_csv(rows, assignment)}
-        texts["not_graded.txt"] = "".join(f"{line}\n" for line in not_graded) or "Every file was matched to a student.\n"
+        texts["not_graded.txt"] = ("".join(f"{line}\n" for line in not_graded)
+                                   or "Every file was matched to a student.\n")
         for name, text in texts.items():
             # UTF-8 with a byte-order mark: Excel then reads accents right; Canvas, Moodle and csv readers accept it.
             _write(stage / name, text.encode("utf-8-sig"))

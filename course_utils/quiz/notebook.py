@@ -199,8 +199,9 @@ def build_view(quiz: Quiz):
         if quiz.keyless and result.status == "recorded":
             # With no key, the practice form can only say the answer is readable; the answer cell is handed in.
             given = f"({result.response})" if result.kind == "choice" else (result.response or "your answer")
-            result = replace(result, feedback=f"Readable: {given}. This form is practice and is not collected: to hand "
-                                              f'this answer in, put it in its answer cell, `answer("{result.ref}", ...)`.')
+            result = replace(result, feedback=f"Readable: {given}. This form is practice and is not collected: to "
+                                              "hand this answer in, put it in its answer cell, "
+                                              f'`answer("{result.ref}", ...)`.')
         # The widget shows the question above its input already.
         controls.feedback.value = replace(result, prompt="", choices=())._repr_html_()
         update_score()

@@ -157,7 +157,8 @@ def _read_cell(source: str) -> tuple[list[Found], list[str], str | None]:
     try:
         tree = ast.parse(_blank_magics(source))
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return [Found(ref, problem="the cell with this answer is not valid Python") for ref in _refs_in_text(source)], [], None
+        invalid = [Found(ref, problem="the cell with this answer is not valid Python") for ref in _refs_in_text(source)]
+        return invalid, [], None
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n) in ("answer", "setup")]
     calls.sort(key=lambda n: (n.lineno, n.col_offset))
     found, problems, student = [], [], None
@@ -192,7 +193,8 @@ def read_notebook(data: bytes, name: str) -> Submission:
     if len(data) > MAX_BYTES:
         return unreadable(f"file over {MAX_BYTES // (1024 * 1024)} MB, not read")
     if data.count(b"{") + data.count(b"[") > MAX_CONTAINERS:
-        return unreadable(f"more than {MAX_CONTAINERS:,} JSON objects and arrays, far more than a notebook has; not read")
+        return unreadable(f"more than {MAX_CONTAINERS:,} JSON objects and arrays, far more than a notebook has; "
+                          "not read")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
