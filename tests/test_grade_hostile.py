@@ -210,3 +210,18 @@ def test_a_whole_hostile_class_finishes_quickly(tmp_path):
     _, rows, _ = run(folder, tmp_path / "out", timeout=120)
     check_good_rows(rows)
     assert len(rows) == 2 + sum(expected is not None for _, expected in KINDS.values())
+
+
+def test_a_link_to_a_zip_is_reported_and_not_followed(tmp_path):
+    folder = tmp_path / "class"
+    good_class(folder)
+    elsewhere = io.BytesIO()
+    with zipfile.ZipFile(elsewhere, "w") as zf:
+        zf.writestr("eve/01_why_normalize.ipynb", GOOD)
+    (tmp_path / "elsewhere.zip").write_bytes(elsewhere.getvalue())
+    os.symlink(tmp_path / "elsewhere.zip", folder / "download.zip")
+    _, rows, _ = run(folder, tmp_path / "out")
+    check_good_rows(rows)
+    assert [r["student_id"] for r in rows] == ["ada", "bob"]  # eve's notebook, behind the link, is never read
+    listed = (tmp_path / "out" / "not_graded.txt").read_text(encoding="utf-8")
+    assert "download.zip: a link, not followed" in listed

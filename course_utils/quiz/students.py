@@ -132,7 +132,7 @@ def load_roster(path: str | Path) -> Roster:
                           f"section, aliases; or Canvas's or Moodle's gradebook export as it is); found "
                           f"{', '.join(header) or 'no header'}")
     reader.fieldnames = header
-    roster = Roster()
+    roster, ids = Roster(), set()
     for line, row in enumerate(reader, start=2):
         if None in row:
             raise RosterError(f"{path}: line {line}: more fields than the header has")
@@ -149,8 +149,7 @@ def load_roster(path: str | Path) -> Roster:
             raise RosterError(f"{path}: line {line}: no id for this student: student_id (or canvas_id, login, "
                               "email) is empty")
         student = Student(**{k: values[k] for k in _ROSTER_COLUMNS - {"aliases"}})
-        if student.student_id.casefold() in roster.by_identity and any(
-                s.student_id == student.student_id for s in roster.students):
+        if student.student_id in ids:
             raise RosterError(f"{path}: line {line}: student_id {student.student_id!r} appears twice")
         aliases = [a.strip() for a in values["aliases"].split(";") if a.strip()]
         for identity in student.identities | {a.casefold() for a in aliases}:
@@ -159,13 +158,14 @@ def load_roster(path: str | Path) -> Roster:
                 raise RosterError(f"{path}: line {line}: {identity!r} already names student {other.student_id!r}")
             roster.by_identity[identity] = student
         roster.students.append(student)
+        ids.add(student.student_id)
     return roster
 
 
 # ------------------------------------------------------------------------------------------------------ reading files
 
-def _read_regular(path: str | bytes) -> bytes | str:
-    """The bytes of a regular file, opened without following a link and without blocking; or why not."""
+def _open_regular(path: str | bytes | Path) -> int | str:
+    """A file descriptor on a regular file, opened without following a link and without blocking; or why not."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
@@ -173,11 +173,20 @@ def _read_regular(path: str | bytes) -> bytes | str:
         if os.path.islink(path):
             return "a link, not followed"
         return f"could not be opened ({e.strerror or e})"
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        return f"not a regular file ({_kind(mode)}), not read"
+    return fd
+
+
+def _read_regular(path: str | bytes) -> bytes | str:
+    """The bytes of a regular file (at most MAX_BYTES + 1 of them), read as _open_regular opens it; or why not."""
+    fd = _open_regular(path)
+    if isinstance(fd, str):
+        return fd
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return f"not a regular file ({_kind(info.st_mode)}), not read"
-        if info.st_size > MAX_BYTES:
+        if os.fstat(fd).st_size > MAX_BYTES:
             return f"file over {MAX_BYTES // (1024 * 1024)} MB, not read"
         chunks, size = [], 0
         while size <= MAX_BYTES:
@@ -339,14 +348,10 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes | str:
 
 
 def _read_zip_handle(path: Path) -> zipfile.ZipFile | str:
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        return f"could not be opened ({e.strerror or e})"
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return "not a regular file, not read"
+    """A zip file opened in place, as _open_regular opens any file; or why not."""
+    fd = _open_regular(path)
+    if isinstance(fd, str):
+        return fd
     handle = os.fdopen(fd, "rb")
     try:
         return zipfile.ZipFile(handle)
@@ -367,7 +372,7 @@ def discover(paths: Iterable[str | Path], keep_open: list, file_times: bool = Fa
     entries, problems, zips_seen = [], [], set()
 
     def add_zip(path: Path, shown: str, owner: dict | None) -> None:
-        real = os.path.realpath(path)
+        real = os.path.abspath(path)  # not realpath: a link is reported under its own name, not its target's
         if real in zips_seen:
             return
         zips_seen.add(real)
@@ -402,10 +407,9 @@ def discover(paths: Iterable[str | Path], keep_open: list, file_times: bool = Fa
                     where["submitted"] = _mtime(entry)
                 shown = printable("/".join(parts))
                 if parts[-1].endswith(".zip"):
-                    if entry.is_file(follow_symlinks=False):
-                        # An LMS download saved beside other files, or a zip a student handed in: its own name
-                        # (or folder) says whose notebooks are inside.
-                        add_zip(Path(entry.path), shown, where if len(parts) > 1 or where["key"] else None)
+                    # An LMS download saved beside other files, or a zip a student handed in: its own name (or
+                    # folder) says whose notebooks are inside. A link or a FIFO named .zip is reported, never opened.
+                    add_zip(Path(entry.path), shown, where if len(parts) > 1 or where["key"] else None)
                     continue
                 entries.append(Entry(display=shown, read=lambda p=entry.path: _read_regular(p), **where))
         elif str(given).endswith(".zip"):
