@@ -29,6 +29,7 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from .files import load_quiz
@@ -97,7 +98,7 @@ class Assignment:
     manual: dict[str, float] = field(default_factory=dict)
     source: str = ""
 
-    @property
+    @cached_property
     def questions(self) -> list[Question]:
         """The auto-scored questions, notebook by notebook, in file order."""
         return [q for part in self.parts for name in part.quizzes for q in self.quizzes[name].questions if q.scored]
@@ -112,8 +113,9 @@ class Assignment:
         """The points a question is worth in this assignment."""
         if ref in self.manual:
             return self.manual[ref]
-        return self.points.get(ref, self._by_ref()[ref].points)
+        return self.points.get(ref, self._by_ref[ref].points)
 
+    @cached_property  # asked once per question per student: build the map once
     def _by_ref(self) -> dict[str, Question]:
         return {q.ref: q for quiz in self.quizzes.values() for q in quiz.questions}
 
