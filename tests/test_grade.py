@@ -506,3 +506,21 @@ def test_files_nobody_owns_are_listed_in_not_graded_txt(tmp_path):
                                "jsmith/01_why_normalize.ipynb": notebook("01_why_normalize")}, roster=None)
     listed = (tmp_path / "out" / "not_graded.txt").read_text(encoding="utf-8")
     assert code == cli.EXIT_PROBLEMS and "loose.ipynb: cannot tell whose file this is" in listed
+
+
+def test_every_problem_has_a_kind_and_the_status_lists_the_gravest_first():
+    """Problems carry their kind (gradebook.PROBLEM_KINDS), so ordering and the summary never parse the text."""
+    from course_utils.quiz.gradebook import PROBLEM_KINDS, Problem, StudentRow
+    from course_utils.quiz.students import Student
+
+    row = StudentRow(student=Student(student_id="s1"))
+    row.problems += [Problem("not answered", "03_layernorm.q1 not answered"),
+                     Problem("missing notebook", "missing 04_pre_vs_post_ln"),
+                     Problem("no submission", "no submission")]
+    assert row.status == "no submission; missing 04_pre_vs_post_ln; 03_layernorm.q1 not answered"
+    assert list(PROBLEM_KINDS)[0] == "no submission" and list(PROBLEM_KINDS)[-1] == "not answered"
+    with pytest.raises(ValueError, match="unknown kind of problem"):
+        Problem("a typo", "text")
+    # The wording does not decide the kind: a "not answered" text filed as a missing notebook sorts as one.
+    row.problems = [Problem("not answered", "missing 01"), Problem("missing notebook", "q1 not answered")]
+    assert row.status == "q1 not answered; missing 01"

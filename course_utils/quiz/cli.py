@@ -35,7 +35,8 @@ from pathlib import Path
 
 from .assignment import Assignment, AssignmentError, ad_hoc_assignment, load_assignment
 from .files import quiz_dir, quiz_names
-from .gradebook import ManualScoresError, grade_class, load_manual_scores, merge_manual_scores, write_outputs
+from .gradebook import (PROBLEM_KINDS, ManualScoresError, grade_class, load_manual_scores, merge_manual_scores,
+                        write_outputs)
 from .model import QuizFormatError
 from .students import RosterError, discover, load_roster
 
@@ -152,13 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_PROBLEMS if unowned or unlisted or any(r.problems for r in rows) else EXIT_OK
 
 
-# What the status column says, grouped for the summary: (label, words that mark it in a problem).
-_KINDS_OF_PROBLEM = (("no submission", "no submission"), ("not in the roster", "not in the roster"),
-                     ("a notebook missing", "missing "), ("questions left unanswered", " not answered"),
-                     ("answer cells deleted", "no answer cell for"), ("answers written as code", "answer is code"),
-                     ("files not read", ": not "), ("someone else's numbers", "names someone else"))
-
-
 def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> None:
     bad = [r for r in rows if r.problems]
     due = f"; due {assignment.due:%Y-%m-%d %H:%M %Z}" if assignment.due else ""
@@ -169,8 +163,8 @@ def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> 
     print(f"Students: {len(rows)} ({sum(r.submitted for r in rows)} handed something in), {n_files} file(s) read; "
           f"{len(rows) - len(bad)} ok, {len(bad)} with problems, {len(late)} late"
           + (f" ({', '.join(late[:5])}{', ...' if len(late) > 5 else ''})" if late else ""))
-    for label, marker in _KINDS_OF_PROBLEM:
-        count = sum(any(marker in p for p in r.problems) for r in rows)
+    for kind, label in PROBLEM_KINDS.items():
+        count = sum(any(p.kind == kind for p in r.problems) for r in rows)
         if count:
             print(f"  {count:4d} with {label}")
     for line in unowned[:5]:

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from .assignment import Assignment
 from .model import Question, Result, _plain
-from .source import Submission, read_notebook
+from .source import CODE, Submission, read_notebook
 from .students import Entry, Roster, Student, printable
 
-__all__ = ["StudentRow", "ManualScoresError", "grade_class", "load_manual_scores", "write_outputs", "STATUS_LIMIT",
-           "OUTPUT_FILES"]
+__all__ = ["StudentRow", "Problem", "PROBLEM_KINDS", "ManualScoresError", "grade_class", "load_manual_scores",
+           "write_outputs", "STATUS_LIMIT", "OUTPUT_FILES"]
 
 STATUS_LIMIT = 300   # characters of the status column; the full list is in the student's feedback file
 OUTPUT_FILES = ("gradebook.csv", "canvas_import.csv", "moodle_import.csv", "item_analysis.csv",
@@ -46,7 +46,7 @@ class StudentRow:
     manual_factor: dict[str, float] = field(default_factory=dict)  # the late policy's share for each open item
     comments: dict[str, str] = field(default_factory=dict)          # the hand grader's comment per open item
     open_answers: dict[str, str] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)              # not problems: superseded files, lateness
     days_late: float = 0.0
     late: bool = False
@@ -74,13 +74,40 @@ class StudentRow:
         return "; ".join(shown) + (f"; (+{rest} more problems, see feedback)" if rest else "")
 
 
-# The status column lists the gravest problems first, so its cap never hides them behind a list of blanks.
-_GRAVEST_FIRST = ("no submission", "not in the roster", "names someone else", "two files for", "missing ", ": not ",
-                  "could not", "inflates", "answer is code", "no answer cell", "not answered")
+# Each kind of problem a row can have, gravest first (the status column lists them in this order, so its cap never
+# hides them behind a list of blanks), with how the grader's summary counts it.
+PROBLEM_KINDS = {
+    "no submission": "no submission",
+    "not in roster": "not in the roster",
+    "grader failed": "files the grader failed on",
+    "someone else's numbers": "someone else's numbers",
+    "two files": "two files for one notebook",
+    "missing notebook": "a notebook missing",
+    "unreadable file": "files not read",
+    "partly read file": "files only partly read",
+    "unreadable answer": "answers that could not be read",
+    "answer is code": "answers written as code",
+    "no answer cell": "answer cells deleted",
+    "not answered": "questions left unanswered",
+}
+_RANK = {kind: i for i, kind in enumerate(PROBLEM_KINDS)}
 
 
-def _severity(problem: str) -> int:
-    return next((i for i, marker in enumerate(_GRAVEST_FIRST) if marker in problem), len(_GRAVEST_FIRST))
+class Problem(str):
+    """One problem on a student's row: its text, as the status column and the feedback show it, and its `kind`."""
+
+    kind: str
+
+    def __new__(cls, kind: str, text: str) -> "Problem":
+        if kind not in PROBLEM_KINDS:
+            raise ValueError(f"unknown kind of problem {kind!r}; add it to PROBLEM_KINDS")
+        problem = super().__new__(cls, text)
+        problem.kind = kind
+        return problem
+
+
+def _severity(problem: Problem) -> int:
+    return _RANK[problem.kind]
 
 
 # --------------------------------------------------------------------------------------------------------- grading
@@ -109,7 +136,7 @@ def _notebook_for(entry: Entry, sub: Submission, assignment: Assignment) -> str 
     return owners.pop() if len(owners) == 1 else None
 
 
-def _seed_for(student: Student, entry: Entry, sub: Submission, problems: list[str]) -> str | None:
+def _seed_for(student: Student, entry: Entry, sub: Submission, problems: list[Problem]) -> str | None:
     """The id a student's own numbers come from: setup(student=...) if it names this student; else the hub user name
     of a home folder or nbgrader submission (what $JUPYTERHUB_USER was); else their login or id."""
     hub = entry.key if entry.layout.endswith(("folder", "nbgrader")) else None
@@ -118,8 +145,8 @@ def _seed_for(student: Student, entry: Entry, sub: Submission, problems: list[st
     known = student.identities | ({entry.key.strip().casefold()} if entry.key else set())
     if claimed is None or claimed.strip().casefold() in known:
         return claimed or own
-    problems.append(f"{sub.name}: setup(student={printable(claimed, 40)!r}) names someone else; graded with this "
-                    "student's own numbers")
+    problems.append(Problem("someone else's numbers", f"{sub.name}: setup(student={printable(claimed, 40)!r}) names "
+                            "someone else; graded with this student's own numbers"))
     return own
 
 
@@ -133,12 +160,12 @@ def _grade_student(student: Student, entries: list[Entry], assignment: Assignmen
     for entry in sorted(entries, key=lambda e: (when(e), e.display)):
         data = entry.read()
         if isinstance(data, str):
-            row.problems.append(f"{entry.display}: {data}")
+            row.problems.append(Problem("unreadable file", f"{entry.display}: {data}"))
             continue
         sub = read_notebook(data, entry.display)
         del data
         if not sub.readable:
-            row.problems.append(f"{entry.display}: {'; '.join(sub.problems)}")
+            row.problems.append(Problem("unreadable file", f"{entry.display}: {'; '.join(sub.problems)}"))
             continue
         notebook = _notebook_for(entry, sub, assignment)
         if notebook is None:
@@ -152,15 +179,16 @@ def _grade_student(student: Student, entries: list[Entry], assignment: Assignmen
         if notebook in chosen:
             earlier = chosen[notebook][0]
             if when(earlier) == when(entry):
-                row.problems.append(f"two files for {notebook} with nothing to tell which came later ("
-                                    f"{earlier.display}, {entry.display}); graded {entry.display}, check by hand")
+                row.problems.append(Problem("two files", f"two files for {notebook} with nothing to tell which came "
+                                            f"later ({earlier.display}, {entry.display}); graded {entry.display}, "
+                                            "check by hand"))
             else:
                 row.notes.append(f"{earlier.display} was replaced by a later submission, {entry.display}")
         chosen[notebook] = (entry, sub)  # entries are sorted oldest first, so the latest wins
     for part in assignment.parts:
         if part.notebook not in chosen:
             if entries:
-                row.problems.append(f"missing {part.notebook}")
+                row.problems.append(Problem("missing notebook", f"missing {part.notebook}"))
             for name in part.quizzes:
                 for q in assignment.quizzes[name].questions:
                     if q.scored:
@@ -168,7 +196,7 @@ def _grade_student(student: Student, entries: list[Entry], assignment: Assignmen
             continue
         entry, sub = chosen[part.notebook]
         row.files.append(entry.display)
-        row.problems.extend(f"{entry.display}: {p}" for p in sub.problems)
+        row.problems.extend(Problem("partly read file", f"{entry.display}: {p}") for p in sub.problems)
         factor, late_note = _lateness(entry, assignment, row)
         if late_note:
             row.notes.append(f"{part.notebook}: {late_note}")
@@ -204,7 +232,7 @@ def _grade_part(row: StudentRow, quiz_names: tuple[str, ...], sub: Submission, a
             answers = by_ref.get(q.ref, [])
             if not answers:
                 if q.scored:
-                    row.problems.append(f"no answer cell for {q.ref}")
+                    row.problems.append(Problem("no answer cell", f"no answer cell for {q.ref}"))
                     row.results[q.ref] = Result(ref=q.ref, kind=q.kind, status="unanswered", score=0.0,
                                                 points=q.points, feedback="No answer cell for this question was "
                                                 "found in the notebook.")
@@ -214,7 +242,8 @@ def _grade_part(row: StudentRow, quiz_names: tuple[str, ...], sub: Submission, a
                 row.notes.append(f"{q.ref} answered {len(answers)} times (the last one is graded)")
             last = answers[-1]
             if last.problem:
-                row.problems.append(f"{q.ref}: {last.problem}")
+                kind = "answer is code" if last.problem == CODE else "unreadable answer"
+                row.problems.append(Problem(kind, f"{q.ref}: {last.problem}"))
                 result = Result(ref=q.ref, kind=q.kind, status="unreadable", score=0.0, points=q.points,
                                 feedback=f"The grader could not read this answer: {last.problem}. It reads answer "
                                          "cells without running them, so write the value itself, as a number or "
@@ -227,7 +256,7 @@ def _grade_part(row: StudentRow, quiz_names: tuple[str, ...], sub: Submission, a
                     row.open_answers[q.ref] = str(last.value)
                 continue
             if result.status == "unanswered":
-                row.problems.append(f"{q.ref} not answered")
+                row.problems.append(Problem("not answered", f"{q.ref} not answered"))
             row.results[q.ref] = result
             row.scores[q.ref] = factor * (result.score / q.points) * assignment.points_of(q.ref)
 
@@ -272,13 +301,14 @@ def grade_class(entries: list[Entry], assignment: Assignment, roster: Roster | N
             row = _grade_student(student, mine, assignment)
         except Exception as e:  # noqa: BLE001 - one student's files must never stop the class
             row = StudentRow(student=student, submitted=bool(mine))
-            row.problems.append(f"the grader failed on these files ({type(e).__name__}); not graded, grade by hand")
+            row.problems.append(Problem("grader failed", f"the grader failed on these files ({type(e).__name__}); not "
+                                       "graded, grade by hand"))
             for q in assignment.questions:
                 row.results[q.ref], row.scores[q.ref] = None, 0.0
         if not student.in_roster and roster is not None:
-            row.problems.insert(0, "not in the roster")
+            row.problems.insert(0, Problem("not in roster", "not in the roster"))
         if not mine:
-            row.problems.insert(0, "no submission")
+            row.problems.insert(0, Problem("no submission", "no submission"))
         rows.append(row)
     return rows, unowned
 
