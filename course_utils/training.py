@@ -1,16 +1,18 @@
 """A small training loop for the course's language models; it knows nothing of widgets, a callback does."""
 from __future__ import annotations
 
+import copy
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from .tasks import copy_task_batch
+from .synthetic import copy_task_batch
 
-__all__ = ["History", "train_copy_task", "warmup_lr", "masked_loss_and_accuracy"]
+__all__ = ["History", "train_copy_task", "warmup_lr", "masked_loss_and_accuracy", "seconds_per_step"]
 
 
 @dataclass
@@ -81,3 +83,12 @@ def train_copy_task(model: torch.nn.Module, steps: int = 300, lr: float = 3e-3, 
         if callback is not None:
             callback(step, history)
     return history
+
+
+def seconds_per_step(model: torch.nn.Module, repeats: int = 3, **task) -> float:
+    """Median wall time here of one train_copy_task step (its `task` settings) of a copy of `model`."""
+    stamps = [time.perf_counter()]
+    train_copy_task(copy.deepcopy(model), steps=repeats, callback=lambda _step, _h: stamps.append(time.perf_counter()),
+                    **task)
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    return gaps[len(gaps) // 2]

@@ -2,16 +2,17 @@
 
 One block covers every variant the chapter discusses: norm in {"layer", "rms", "none"}, placement in {"pre", "post"},
 optional QK-norm (Henry et al. 2020, arXiv 2010.04245) and soft-capping of attention and final logits
-(Gemma 2, arXiv 2408.00118). Notebooks 04 and 06 train it; notebook 08 loads real BERT-style weights into it.
+(Gemma 2, arXiv 2408.00118). Notebooks 04, 05 and 06 train it; notebook 08 loads real BERT-style weights into it.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from .norms import NORM_KINDS, make_norm
+from .norms import NORM_KINDS, make_norm, positive_number
 
 __all__ = ["softcap", "MultiHeadAttention", "FeedForward", "TransformerBlock", "TinyLM", "PLACEMENTS"]
 
@@ -25,9 +26,22 @@ def softcap(x: Tensor, cap: float | None) -> Tensor:
 
 
 def _check_cap(cap: float | None, name: str) -> float | None:
-    if cap is not None and not (isinstance(cap, (int, float)) and math.isfinite(cap) and cap > 0):
-        raise ValueError(f"{name} must be None or a finite number > 0 (Gemma 2 uses 50 and 30), got {cap!r}")
-    return None if cap is None else float(cap)
+    return positive_number(cap, name, note=" (Gemma 2 uses 50 and 30)", allow_none=True)
+
+
+def _residual(x: Tensor, sublayer: Callable[[Tensor], Tensor], norm: Callable[[Tensor], Tensor], placement: str,
+              record: dict | None, names: tuple[str, str]) -> Tensor:
+    """One residual sublayer with its norm placed "pre", x + sublayer(norm(x)), or "post", norm(x + sublayer(x));
+    `record` (if a dict) gets the norm's and the sublayer's inputs under `names`."""
+    if placement == "pre":
+        normed = norm(x)
+        seen, out = (x, normed), x + sublayer(normed)
+    else:
+        summed = x + sublayer(x)
+        seen, out = (summed, x), norm(summed)
+    if record is not None:
+        record.update(zip(names, seen))
+    return out
 
 
 class MultiHeadAttention(nn.Module):
@@ -57,7 +71,7 @@ class MultiHeadAttention(nn.Module):
         self.last_max_logit: Tensor | None = None
 
     def logits(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Attention logits (batch, heads, seq, seq) before cap and masks, and the values (batch, heads, seq, d_head)."""
+        """Attention logits (batch, heads, seq, seq) before cap or masks, and the values (batch, heads, seq, d_head)."""
         b, t, _ = x.shape
         q, k, v = (proj(x).view(b, t, self.n_heads, self.d_head).transpose(1, 2)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
@@ -122,15 +136,30 @@ class TransformerBlock(nn.Module):
         self.norm1 = make_norm(norm, d_model, eps)
         self.norm2 = make_norm(norm, d_model, eps)
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """x: (batch, seq, d_model) -> (batch, seq, d_model)."""
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, *, norm1: Callable | None = None,
+                norm2: Callable | None = None, placement: str | tuple[str, str] | None = None,
+                record: dict | None = None) -> Tensor:
+        """x: (batch, seq, d_model) -> (batch, seq, d_model). For this call only: norm1/norm2 replace a norm (any
+        callable); placement replaces the block's, one for both sublayers or a pair (attention, FFN); a dict `record`
+        receives what each norm and sublayer sees: "norm1_in", "attn_in", "norm2_in", "ffn_in"."""
         if x.dim() != 3 or x.shape[-1] != self.attn.d_model:
             raise ValueError(f"x must be (batch, seq, {self.attn.d_model}), got shape {tuple(x.shape)}")
-        if self.placement == "pre":
-            x = x + self.attn(self.norm1(x), key_padding_mask)
-            return x + self.ffn(self.norm2(x))
-        x = self.norm1(x + self.attn(x, key_padding_mask))
-        return self.norm2(x + self.ffn(x))
+        if record is not None and not isinstance(record, dict):
+            raise ValueError(f"record must be None or a dict to fill, got {type(record).__name__}")
+        attn_placement, ffn_placement = self._placements(placement)
+        x = _residual(x, lambda h: self.attn(h, key_padding_mask), self.norm1 if norm1 is None else norm1,
+                      attn_placement, record, ("norm1_in", "attn_in"))
+        return _residual(x, self.ffn, self.norm2 if norm2 is None else norm2, ffn_placement, record,
+                         ("norm2_in", "ffn_in"))
+
+    def _placements(self, placement: str | tuple[str, str] | None) -> tuple[str, str]:
+        """The (attention, FFN) placements of one call: the block's own, one for both, or a pair."""
+        chosen = self.placement if placement is None else placement
+        pair = (chosen, chosen) if isinstance(chosen, str) else chosen
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(p in PLACEMENTS for p in pair)):
+            raise ValueError(f"placement must be one of {PLACEMENTS} or a pair of them (attention, FFN), "
+                             f"got {placement!r}")
+        return tuple(pair)
 
 
 class TinyLM(nn.Module):

@@ -1,8 +1,10 @@
 """End to end in a real browser: JupyterLab on 127.0.0.1 with a token, every notebook opened in headless Chromium, all
 cells run, widgets and plots rendered, a slider moved, a quiz checked; a screenshot per notebook in test-artifacts/.
 
+Where this test runs it is the run's only execution of the notebooks (tests/conftest.py deselects nbval's), so it
+fails as nbval would: on any error output, on any cell left unrun, and on a cell running past nbval's cell timeout.
 Needs Debian's chromium (`apt-get install -y chromium`; .ci/run installs it) and the playwright package (test extra).
-Never run `playwright install`: the test drives the system browser.
+Never run `playwright install`: the test drives the system browser. COURSE_NO_BROWSER=1 skips it (nbval runs instead).
 """
 from __future__ import annotations
 
@@ -16,16 +18,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
-
 import pytest
 
-from conftest import ROOT
+from conftest import CHROMIUM, ROOT, browser_missing
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-if not Path(CHROMIUM).exists():
-    pytest.skip("Chromium is not installed, so the browser tests are skipped. Install it with "
-                "`sudo apt-get install -y chromium` (Debian/Ubuntu); .ci/run does this on CI.", allow_module_level=True)
+if browser_missing():
+    pytest.skip(f"The browser tests are skipped, nbval executes the notebooks: {browser_missing()}.",
+                allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' brings playwright")
 
 ARTIFACTS = ROOT / "test-artifacts"
@@ -53,7 +52,8 @@ def lab(tmp_path_factory):
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"))
     # No news or update checks (they would try the network), no autosave, every cell rendered (no windowing),
-    # and the notebook's own kernel started without asking.
+    # and the notebook's own kernel started without asking. window.jupyterapp is exposed so the test reads the
+    # notebook model's outputs (errors by output type, as nbval sees them, not by the text they show).
     for plugin, values in {"apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
                            "docmanager-extension/plugin": {"autosave": False},
                            "notebook-extension/tracker": {"windowingMode": "none"}}.items():
@@ -65,8 +65,8 @@ def lab(tmp_path_factory):
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={home / 'root'}",
-         "--ServerApp.port_retries=0", "--allow-root", "--LabApp.extension_manager=readonly", "--LabApp.news_url=", "--LabApp.check_for_updates_class="
-         "jupyterlab.NeverCheckForUpdate"],
+         "--ServerApp.port_retries=0", "--allow-root", "--LabApp.extension_manager=readonly", "--LabApp.news_url=",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.expose_app_in_browser=True"],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -112,23 +112,55 @@ def _accept_kernel_dialog(page) -> None:
     page.locator(".jp-Dialog .jp-mod-accept").click()
 
 
-def _run_all_and_wait(page, timeout_s: float) -> list[str]:
-    """Run every cell; wait until no cell is pending. Returns the input prompts' texts."""
+def _shut_down_kernels(base: str, token: str) -> None:
+    """Stop the kernels the notebooks started, so the next notebook does not share the machine with idle ones."""
+    headers = {"Authorization": f"token {token}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels", headers=headers), timeout=10) as r:
+        kernels = json.load(r)
+    for kernel in kernels:
+        urllib.request.urlopen(urllib.request.Request(f"{base}/api/kernels/{kernel['id']}", headers=headers,
+                                                      method="DELETE"), timeout=30).close()
+
+
+def _code_cells(page, name: str) -> list[dict]:
+    """Each code cell of the open notebook, from JupyterLab's model: its execution count and its error outputs."""
+    cells = page.evaluate("""name => {
+        const panel = Array.from(window.jupyterapp.shell.widgets('main'))
+            .find(w => w.context && w.context.path.endsWith(name));
+        if (!panel) return null;
+        const model = panel.content.model;
+        return Array.from({length: model.cells.length}, (_, i) => model.cells.get(i).toJSON())
+            .filter(c => c.cell_type === 'code')
+            .map(c => ({count: c.execution_count, errors: c.outputs.filter(o => o.output_type === 'error')
+                .map(o => `${o.ename}: ${o.evalue}`)}));
+    }""", name)
+    assert cells is not None, f"{name}: JupyterLab's notebook model is not reachable (window.jupyterapp)"
+    return cells
+
+
+def _run_all_and_wait(page, name: str, timeout_s: float, cell_timeout_s: float) -> tuple[list[str], str]:
+    """Run every cell; wait until no cell is pending, an error stops the run, the notebook runs past timeout_s, or
+    one cell runs past cell_timeout_s (nbval's --nbval-cell-timeout). Returns the input prompts' texts, and why it
+    stopped waiting early ("" when the run finished)."""
     _menu(page, "Run", "Run All Cells")
     _accept_kernel_dialog(page)
-    deadline = time.time() + timeout_s
+    started = time.time()
+    running, running_since = -1, started
     prompts: list[str] = []
-    while time.time() < deadline:
+    while time.time() < started + timeout_s:
         time.sleep(1.0)
         prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+        pending = [i for i, p in enumerate(prompts) if "*" in p]
         busy = page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count()
-        if prompts and not any("*" in p for p in prompts) and all(re.search(r"\d", p) for p in prompts) \
-                and not busy:
-            return prompts
-        if prompts and not any("*" in p for p in prompts) and page.locator(".jp-OutputArea-output") \
-                .filter(has_text="Traceback").count():
-            return prompts  # an error stopped the run; the caller reports it
-    return prompts
+        if prompts and not pending and all(re.search(r"\d", p) for p in prompts) and not busy:
+            return prompts, ""
+        if prompts and not pending and any(c["errors"] for c in _code_cells(page, name)):
+            return prompts, ""  # an error stopped the run; the caller reports it
+        if pending and pending[0] != running:  # cells run in order: the first pending one is the running one
+            running, running_since = pending[0], time.time()
+        if pending and time.time() - running_since > cell_timeout_s:
+            return prompts, f"code cell {running} ran past the {cell_timeout_s:g} s cell timeout"
+    return prompts, f"the notebook ran past {timeout_s:g} s"
 
 
 def _plots_state(page) -> str:
@@ -140,7 +172,7 @@ def _plots_state(page) -> str:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_in_a_real_browser(lab, browser, path):
+def test_notebook_in_a_real_browser(lab, browser, path, request):
     base, token = lab
     ARTIFACTS.mkdir(exist_ok=True)
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -154,11 +186,18 @@ def test_notebook_in_a_real_browser(lab, browser, path):
         _accept_kernel_dialog(page)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
         n_code = page.locator(".jp-Notebook .jp-CodeCell").count()
-        prompts = _run_all_and_wait(page, timeout_s=300)
+        cell_timeout = float(request.config.getoption("nbval_cell_timeout"))
+        prompts, stopped = _run_all_and_wait(page, path.name, timeout_s=300, cell_timeout_s=cell_timeout)
+        assert not stopped, f"{path.name}: {stopped}; prompts: {prompts}"
+        cells = _code_cells(page, path.name)
+        errors = [(i, c["errors"][0]) for i, c in enumerate(cells) if c["errors"]]
         tracebacks = page.locator(".jp-OutputArea-output").filter(has_text="Traceback").all_inner_texts()
-        assert not tracebacks, f"{path.name}: a cell failed:\n{tracebacks[0][-1500:]}"
-        assert len(prompts) == n_code and all(re.search(r"\d", p) for p in prompts), \
-            f"{path.name}: not every cell ran: {prompts}"
+        assert not errors, f"{path.name}: code cell {errors[0][0]} failed: {errors[0][1]}\n" \
+            + "\n".join(t[-1500:] for t in tracebacks[:1])
+        assert not tracebacks, f"{path.name}: a cell printed a traceback:\n{tracebacks[0][-1500:]}"
+        unrun = [i for i, c in enumerate(cells) if c["count"] is None]
+        assert len(prompts) == n_code == len(cells) and not unrun and all(re.search(r"\d", p) for p in prompts), \
+            f"{path.name}: not every cell ran (code cells {unrun} did not): {prompts}"
 
         # Widgets rendered as widgets (not as text, not as an error), and plotly figures drawn.
         page.wait_for_timeout(1500)
@@ -220,3 +259,4 @@ def test_notebook_in_a_real_browser(lab, browser, path):
         raise
     finally:
         context.close()
+        _shut_down_kernels(base, token)

@@ -169,3 +169,16 @@ def test_modules_match_torch_modules_and_their_names(dtype, eps):
 def test_wrong_arguments_raise_value_error_naming_them(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf"), True, "1e-5", None])
+def test_positive_number_refuses_what_is_not_a_finite_number_above_zero(value):
+    with pytest.raises(ValueError, match=r"^the gain γ must be a finite number > 0 \(say 1\), got "):
+        norms.positive_number(value, "the gain γ", note=" (say 1)")
+
+
+def test_positive_number_returns_a_float_and_lets_none_through_only_where_allowed():
+    assert norms.positive_number(3, "cap") == 3.0 and type(norms.positive_number(3, "cap")) is float
+    assert norms.positive_number(None, "cap", allow_none=True) is None
+    with pytest.raises(ValueError, match="^cap must be None or a finite number > 0, got -1"):
+        norms.positive_number(-1, "cap", allow_none=True)

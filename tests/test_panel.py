@@ -6,9 +6,16 @@ import ipywidgets as widgets
 import pytest
 
 from course_utils.bench import load_panels
-from course_utils.panel import BackgroundRun, Panel
+from course_utils.panel import BackgroundRun, Panel, TrainingDemo, build_panel, message_html
 
 PANELS = load_panels()
+# Narrower than "draws, or refuses with a message": the notebooks whose panels draw every setting of their sweep, and
+# what another notebook's refusals must be about.
+DRAW_EVERY_SETTING = {"03_layernorm", "05_rmsnorm", "06_qk_norm_and_softcapping", "07_review"}
+REFUSALS_ABOUT = {"04_pre_vs_post_ln": "warmup"}
+# The course's four training widgets, each a TrainingDemo with the base class's run() contract, by notebook.
+TRAINING_DEMOS = {"covariate_shift_demo": "01_why_normalize", "race_panel": "04_pre_vs_post_ln",
+                  "quality_demo": "05_rmsnorm", "training_panel": "06_qk_norm_and_softcapping"}
 
 
 def _panel(update):
@@ -32,7 +39,10 @@ def test_an_unexpected_error_is_shown_not_raised(capsys):
     panel = _panel(update)
     panel.controls["n"].value = 3
     assert "ZeroDivisionError" in panel.message.value and not panel.last_error_expected
-    assert "ZeroDivisionError" in capsys.readouterr().err  # the traceback goes to the log for the curious
+    assert "Traceback" not in capsys.readouterr().err  # no traceback in the learner's output
+    assert "1 / (n - 3)" in panel.last_traceback  # kept for whoever debugs the course
+    panel.controls["n"].value = 4
+    assert panel.last_error is None and "ZeroDivisionError" in panel.last_traceback  # the last bug stays readable
 
 
 def test_set_updates_once_and_names_unknown_controls():
@@ -84,18 +94,129 @@ def test_background_run_shows_a_failing_job():
     assert "ZeroDivisionError" in run.error and "failed" in run.status.value
 
 
+class _Counter(TrainingDemo):
+    """A fake training demo: counts to n, one step per millisecond, or fails at once."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.trained = fail, []
+        super().__init__({"n": widgets.IntSlider(value=5, min=0, max=100_000)}, [widgets.HTML()])
+
+    def settings(self, n):
+        if n == 0:
+            raise ValueError("n must be at least 1: move the slider right")
+        return {"n": n}
+
+    def describe(self, settings):
+        return f"counts to {settings['n']}"
+
+    def train(self, settings, should_stop, progress):
+        self.trained.append(settings["n"])
+        if self.fail:
+            raise RuntimeError("the fake job broke")
+        for step in range(settings["n"]):
+            if should_stop():
+                return step
+            progress(step + 1, settings["n"], f"step {step + 1}")
+            time.sleep(0.001)
+        return settings["n"]
+
+    def summarize(self, result):
+        return f"counted to {result}"
+
+
+def test_training_demo_trains_in_the_calling_cell_and_returns_the_result():
+    demo = _Counter()
+    assert "counts to 5" in demo.plan.value
+    assert demo.run(background=False) == 5 and demo.result == 5 == demo.checked_result()
+    assert demo.summary.value == "counted to 5" and demo.runner.progress.value == 5
+    assert "done" in demo.runner.status.value and demo.message.value == ""
+
+
+def test_training_demo_is_a_panel_the_benchmark_can_sweep():
+    demo = _Counter()
+    assert demo.set(n=7) and "counts to 7" in demo.plan.value
+    assert {s["n"] for s in demo.sweep(points=3)} >= {0, 50_000, 100_000}
+    assert not demo.trained  # moving a control checks the settings; only Train trains
+
+
+def test_training_demo_shows_a_bad_setting_and_trains_nothing():
+    demo = _Counter()
+    assert not demo.set(n=0)
+    assert "move the slider right" in demo.message.value and demo.last_error_expected
+    assert demo.run(background=False) is None and not demo.start(background=True)
+    assert not demo.trained and demo.result is None and not demo.runner.running
+    with pytest.raises(RuntimeError, match="a setting was refused .*move the slider right"):
+        demo.checked_result()
+
+
+def test_a_run_that_cannot_start_leaves_no_stale_result():
+    demo = _Counter()
+    assert demo.run(background=False) == 5
+    demo.set(n=0)
+    assert demo.run(background=False) is None and demo.result is None  # .result is always the last run's
+
+
+def test_training_demo_background_run_reports_progress_refuses_a_second_and_stops():
+    demo = _Counter()
+    demo.set(n=100_000)
+    assert demo.run(background=True) is None
+    deadline = time.time() + 10
+    while demo.runner.progress.value < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    assert demo.runner.running and demo.runner.progress.max == 100_000
+    assert not demo.start(background=True) and demo.run(background=False) is None  # refused while one is going
+    assert "already going" in demo.runner.status.value and demo.trained == [100_000]
+    demo.runner.stop()
+    demo.runner.join(timeout=10)
+    assert not demo.runner.running and 3 <= demo.result < 100_000
+    assert "stopped" in demo.runner.status.value and demo.summary.value == f"counted to {demo.result}"
+
+
+def test_training_demo_shows_a_failing_job_and_raises_nothing():
+    demo = _Counter(fail=True)
+    assert demo.run(background=False) is None and demo.result is None and demo.summary.value == ""
+    assert "RuntimeError: the fake job broke" in demo.message.value and "failed" in demo.runner.status.value
+    with pytest.raises(RuntimeError, match="it failed .*the fake job broke"):
+        demo.checked_result()
+    assert demo.run(background=True) is None
+    demo.runner.join(timeout=10)
+    assert "the fake job broke" in demo.runner.status.value and demo.trained == [5, 5]
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING_DEMOS))
+def test_every_training_widget_is_a_registered_training_demo_that_shows_a_failed_run(name):
+    """One contract: run(background=False) returns the result, or None with the reason in the panel; never raises."""
+    assert PANELS[name][0] == TRAINING_DEMOS[name]
+    demo = build_panel(name)
+    assert isinstance(demo, TrainingDemo) and demo.result is None
+    with pytest.raises(RuntimeError, match="nothing has been trained yet"):
+        demo.checked_result()
+
+    def broken(settings, should_stop, progress):
+        raise RuntimeError("the job broke")
+    demo.train = broken
+    assert demo.run(background=False) is None and demo.result is None
+    assert "the job broke" in demo.message.value and "failed" in demo.runner.status.value
+    with pytest.raises(RuntimeError, match="it failed .*the job broke"):
+        demo.checked_result()
+
+
 @pytest.mark.parametrize("name", sorted(PANELS))
 def test_every_registered_panel_refreshes_over_its_whole_sweep(name):
-    """Each setting either draws, or is refused with a ValueError message meant for the learner; never a crash."""
-    notebook, factory = PANELS[name]
-    panel = factory()
-    crashes, refused = [], 0
-    for values in panel.sweep():
-        if not panel.set(**values):
-            if panel.last_error_expected:
-                refused += 1
-                assert len(panel.last_error) > 15 and panel.message.value, f"{name}: a refusal must explain itself"
-            else:
-                crashes.append((values, panel.last_error))
-    assert not crashes, f"{notebook}/{name}: {crashes[:3]}"
-    assert refused < len(panel.sweep()), f"{notebook}/{name}: every setting of the sweep was refused"
+    """The defaults draw; each setting draws, or is refused with a ValueError message meant for the learner, never a
+    crash; back at the defaults the message clears."""
+    notebook, _ = PANELS[name]
+    panel, where = build_panel(name), f"{notebook}/{name}"
+    assert panel.last_error is None, f"{where}: the default settings do not draw: {panel.last_error}"
+    settings, refused = panel.sweep(), 0
+    for values in settings:
+        if panel.set(**values):
+            continue
+        refused += 1
+        assert panel.last_error_expected, f"{where} crashed at {values}: {panel.last_error}"
+        assert notebook not in DRAW_EVERY_SETTING, f"{where} refused {values}: {panel.last_error}"
+        assert REFUSALS_ABOUT.get(notebook, "") in panel.last_error, f"{where} refused {values}: {panel.last_error}"
+        assert len(panel.last_error) > 15 and panel.message.value == message_html(panel.last_error), \
+            f"{where} refused {values} without showing a clear message: {panel.last_error!r}"
+    assert refused < len(settings), f"{where}: every setting of the sweep was refused"
+    assert panel.set(**settings[0]) and panel.message.value == "", f"{where} at its defaults again: {panel.last_error}"

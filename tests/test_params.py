@@ -2,7 +2,6 @@
 well-posed: a finite, correctly rounded key, and known mistakes that grade wrong with their own hint."""
 import math
 import re
-import time
 
 import pytest
 import torch
@@ -56,10 +55,8 @@ HOSTILE = ["__import__('os')", "__import__('os').system('true')", "x1.__class__"
 def test_hostile_answer_formulas_are_refused_at_load_naming_file_and_field(tmp_path, monkeypatch, formula):
     (tmp_path / "hostile.toml").write_text(_quiz_with(answer_formula=formula), encoding="utf-8")
     monkeypatch.setenv("COURSE_QUIZ_DIR", str(tmp_path))
-    start = time.perf_counter()
     with pytest.raises(QuizFormatError, match=r"hostile\.toml.*`answer`"):
-        load_quiz("hostile")
-    assert time.perf_counter() - start < 1.0  # 9**9**9 fails at once, it is never computed
+        load_quiz("hostile")  # refused before it is evaluated: 9**9**9 would never finish
 
 
 @pytest.mark.parametrize("where", ["prompt", "mistake"])

@@ -20,12 +20,19 @@ def test_every_cell_has_slide_metadata_by_the_rules(path):
     assert nb.cells[0].metadata["slideshow"]["slide_type"] == "slide"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_nbconvert_builds_the_deck(path, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "nbconvert", "--to", "slides", str(path), "--output-dir",
-                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+@pytest.fixture(scope="module")
+def decks(tmp_path_factory):
+    """Every notebook's deck, from one nbconvert command (its start-up is most of the cost of one deck)."""
+    folder = tmp_path_factory.mktemp("slides")
+    out = subprocess.run([sys.executable, "-m", "nbconvert", "--to", "slides", *map(str, NOTEBOOKS), "--output-dir",
+                          str(folder)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    html = (tmp_path / f"{path.stem}.slides.html").read_text(encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_nbconvert_builds_the_deck(path, decks):
+    html = (decks / f"{path.stem}.slides.html").read_text(encoding="utf-8")
     n_slides = sum(slide_type_for(c) == "slide" for c in nbformat.read(path, as_version=4).cells)
     assert html.count("<section") >= n_slides >= 3
 

@@ -170,3 +170,84 @@ def test_block_rejects_wrong_arguments(kwargs, match):
 def test_model_rejects_wrong_inputs(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def _perturbed_block(placement: str, norm: str = "layer") -> TransformerBlock:
+    block = TransformerBlock(16, 4, 32, norm=norm, placement=placement).double()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(torch.randn_like(p) * 0.1)  # non-trivial gains and biases, so a misplaced norm shows
+    return block
+
+
+def _sublayer_by_hand(x, sublayer, norm, placement):
+    return x + sublayer(norm(x)) if placement == "pre" else norm(x + sublayer(x))
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_default_call_is_the_textbook_formula_bit_for_bit(placement):
+    block, x = _perturbed_block(placement), torch.randn(2, 5, 16, dtype=torch.float64)
+    if placement == "pre":
+        h = x + block.attn(block.norm1(x))
+        want = h + block.ffn(block.norm2(h))
+    else:
+        h = block.norm1(x + block.attn(x))
+        want = block.norm2(h + block.ffn(h))
+    torch.testing.assert_close(block(x), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("own", ["pre", "post"])
+@pytest.mark.parametrize("override", ["pre", "post", ("pre", "post"), ("post", "pre"), ["pre", "pre"]])
+def test_placement_override_matches_a_hand_written_forward(own, override):
+    block, x = _perturbed_block(own), torch.randn(2, 5, 16, dtype=torch.float64)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    p_attn, p_ffn = (override, override) if isinstance(override, str) else override
+    h = _sublayer_by_hand(x, lambda h: block.attn(h, mask), block.norm1, p_attn)
+    want = _sublayer_by_hand(h, block.ffn, block.norm2, p_ffn)
+    torch.testing.assert_close(block(x, mask, placement=override), want, rtol=0, atol=0)
+    assert block.placement == own  # the override lasts one call
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_norm_override_replaces_that_norm_for_one_call(placement):
+    block, x = _perturbed_block(placement), torch.randn(2, 5, 16, dtype=torch.float64)
+    halve, rms = (lambda t: 0.5 * t), nn.RMSNorm(16, eps=1e-6).double()
+    h = _sublayer_by_hand(x, block.attn, halve, placement)
+    want = _sublayer_by_hand(h, block.ffn, rms, placement)
+    torch.testing.assert_close(block(x, norm1=halve, norm2=rms), want, rtol=0, atol=0)
+    h = _sublayer_by_hand(x, block.attn, block.norm1, placement)
+    torch.testing.assert_close(block(x, norm2=halve), _sublayer_by_hand(h, block.ffn, halve, placement))
+    torch.testing.assert_close(block(x), _sublayer_by_hand(h, block.ffn, block.norm2, placement))
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", ("post", "pre")])
+def test_record_holds_what_each_norm_and_sublayer_sees(placement):
+    block, x = _perturbed_block("post", norm="rms"), torch.randn(2, 5, 16, dtype=torch.float64)
+    p_attn, p_ffn = (placement, placement) if isinstance(placement, str) else placement
+    if p_attn == "pre":
+        want = {"norm1_in": x, "attn_in": block.norm1(x)}
+        h = x + block.attn(want["attn_in"])
+    else:
+        want = {"attn_in": x, "norm1_in": x + block.attn(x)}
+        h = block.norm1(want["norm1_in"])
+    if p_ffn == "pre":
+        want |= {"norm2_in": h, "ffn_in": block.norm2(h)}
+        out = h + block.ffn(want["ffn_in"])
+    else:
+        want |= {"ffn_in": h, "norm2_in": h + block.ffn(h)}
+        out = block.norm2(want["norm2_in"])
+    record = {"earlier": 1}
+    torch.testing.assert_close(block(x, placement=placement, record=record), out, rtol=0, atol=0)
+    assert record.pop("earlier") == 1 and set(record) == set(want)
+    for name, value in want.items():
+        torch.testing.assert_close(record[name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(placement="middle"), "placement"), (dict(placement=("pre",)), "placement"),
+    (dict(placement=("pre", "side")), "placement"), (dict(placement=3), "placement"),
+    (dict(record=[]), "record"),
+])
+def test_block_forward_rejects_wrong_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TransformerBlock(16, 4)(torch.randn(2, 3, 16), **kwargs)

@@ -12,19 +12,17 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
-from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ..figures import PALETTE, LiveFigure, color, live_figure
+from ..figures import color, live_figure, live_subplots
 from ..norms import batch_norm, masked_mean_var
 from ..panel import Panel, register_panel
-from ..tasks import padded_batch
-from .why_normalize import single_threaded
+from ..synthetic import padded_batch
 
 __all__ = [
     "N_FEATURES", "FEATURE_MEAN", "FEATURE_STD", "BATCH_SIZE", "MAX_LEN",
     "lengths_for", "token_batch", "contaminated_stats", "predicted_contamination", "per_position_stats",
-    "normalize", "NORM_KINDS", "coupling_batches", "sentence_outputs", "drifting_batches", "running_stats_figure",
+    "normalize", "COMPARED_NORMS", "coupling_batches", "sentence_outputs", "drifting_batches", "running_stats_figure",
     "padding_panel", "coupling_panel",
 ]
 
@@ -33,8 +31,8 @@ FEATURE_MEAN = torch.linspace(-2.0, 2.0, N_FEATURES, dtype=torch.float64)  # fea
 FEATURE_STD = torch.linspace(0.5, 1.5, N_FEATURES, dtype=torch.float64)   # and its true standard deviation
 BATCH_SIZE = 16
 MAX_LEN = 64
-NORM_KINDS = ("BatchNorm (padding included)", "BatchNorm (padding masked)", "LayerNorm")
-SHORT_NAMES = ("BN, pads in", "BN, masked", "LayerNorm")  # NORM_KINDS in plot labels
+COMPARED_NORMS = ("BatchNorm (padding included)", "BatchNorm (padding masked)", "LayerNorm")
+SHORT_NAMES = ("BN, pads in", "BN, masked", "LayerNorm")  # COMPARED_NORMS in plot labels
 
 
 def lengths_for(padding_share: float, spread: float, batch_size: int = BATCH_SIZE, max_len: int = MAX_LEN) -> Tensor:
@@ -106,13 +104,13 @@ def per_position_stats(x: Tensor, mask: Tensor) -> dict[str, Tensor]:
 
 def normalize(x: Tensor, mask: Tensor, kind: str) -> Tensor:
     """x: (batch, seq, d) normalized the `kind` way (training-mode batch statistics; no γ, β)."""
-    if kind == NORM_KINDS[0]:
+    if kind == COMPARED_NORMS[0]:
         return batch_norm(x)
-    if kind == NORM_KINDS[1]:
+    if kind == COMPARED_NORMS[1]:
         return batch_norm(x, mask)
-    if kind == NORM_KINDS[2]:
+    if kind == COMPARED_NORMS[2]:
         return F.layer_norm(x, x.shape[-1:])
-    raise ValueError(f"kind must be one of {NORM_KINDS}, got {kind!r}")
+    raise ValueError(f"kind must be one of {COMPARED_NORMS}, got {kind!r}")
 
 
 SENTENCE_LEN = 12
@@ -147,25 +145,32 @@ def sentence_outputs(batches: dict, kind: str) -> dict[str, Tensor]:
     return {name: normalize(x, mask, kind)[0, :SENTENCE_LEN] for name, (x, mask) in batches.items()}
 
 
-def _subplots(titles, title: str, height: int = 380) -> go.FigureWidget:
-    fig = LiveFigure(make_subplots(rows=1, cols=len(titles), subplot_titles=titles))
-    fig.update_layout(title=title, height=height, template="plotly_white", colorway=PALETTE,
-                      margin=dict(l=60, r=20, t=80, b=50), legend=dict(orientation="h", y=-0.25), barmode="group")
-    return fig
+def _subplots(titles, title: str, height: int = 380, **look) -> go.FigureWidget:
+    """One row of live subplots, one per title, with grouped bars."""
+    return live_subplots(1, len(titles), title, height=height, subplot_titles=titles, **look).update_layout(
+        barmode="group")
 
 
-@register_panel("02_batchnorm_and_padding")
+@register_panel()
 def padding_panel() -> Panel:
     """Padding share and length spread -> per-feature mean and variance, true vs contaminated, and per position."""
     fig = _subplots(("per-feature mean", "per-feature variance", "per-position statistics (pads included)"),
                     "BatchNorm statistics over a padded batch (16 sequences, 64 positions, 8 features)")
     features = list(range(N_FEATURES))
-    fig.add_bar(x=features, name="true (real tokens only)", marker_color=color(0), row=1, col=1)
-    fig.add_bar(x=features, name="with padding included", marker_color=color(1), row=1, col=1)
-    fig.add_bar(x=features, marker_color=color(0), showlegend=False, row=1, col=2)
-    fig.add_bar(x=features, marker_color=color(1), showlegend=False, row=1, col=2)
-    fig.add_scatter(mode="lines", name="share of padding at position t", line=dict(color=color(3)), row=1, col=3)
-    fig.add_scatter(mode="lines", name="|error of the mean| at position t", line=dict(color=color(2)), row=1, col=3)
+    bars = {  # key of contaminated_stats -> its bars
+        "true_mean": fig.add_bar(x=features, name="true (real tokens only)", marker_color=color(0),
+                                 row=1, col=1).data[-1],
+        "padded_mean": fig.add_bar(x=features, name="with padding included", marker_color=color(1),
+                                   row=1, col=1).data[-1],
+        "true_var": fig.add_bar(x=features, marker_color=color(0), showlegend=False, row=1, col=2).data[-1],
+        "padded_var": fig.add_bar(x=features, marker_color=color(1), showlegend=False, row=1, col=2).data[-1],
+    }
+    lines = {  # key of per_position_stats -> its line
+        "pad_share": fig.add_scatter(mode="lines", name="share of padding at position t", line=dict(color=color(3)),
+                                     row=1, col=3).data[-1],
+        "mean_error": fig.add_scatter(mode="lines", name="|error of the mean| at position t",
+                                      line=dict(color=color(2)), row=1, col=3).data[-1],
+    }
     fig.update_xaxes(title_text="feature k", row=1, col=1)
     fig.update_xaxes(title_text="feature k", row=1, col=2)
     fig.update_xaxes(title_text="position t (token index)", row=1, col=3)
@@ -186,12 +191,10 @@ def padding_panel() -> Panel:
         s = contaminated_stats(x, mask)
         pos = per_position_stats(x, mask)
         with fig.batch_update():
-            fig.data[0].y = s["true_mean"].tolist()
-            fig.data[1].y = s["padded_mean"].tolist()
-            fig.data[2].y = s["true_var"].tolist()
-            fig.data[3].y = s["padded_var"].tolist()
-            fig.data[4].update(x=list(range(MAX_LEN)), y=pos["pad_share"].tolist())
-            fig.data[5].update(x=list(range(MAX_LEN)), y=pos["mean_error"].tolist())
+            for key, bar in bars.items():
+                bar.y = s[key].tolist()
+            for key, line in lines.items():
+                line.update(x=list(range(MAX_LEN)), y=pos[key].tolist())
         mean_err = float((s["padded_mean"] - s["true_mean"]).abs().max())
         var_ratio = s["padded_var"] / s["true_var"]
         readout.value = (f"Actual padding share {float(s['padding_share']):.1%} (lengths {int(lengths.min())} to "
@@ -199,28 +202,31 @@ def padding_panel() -> Panel:
                          f"off by <b>{mean_err:.2f}</b>; variances are off by factors {float(var_ratio.min()):.2f} "
                          f"to {float(var_ratio.max()):.2f}.")
 
-    return Panel(controls, [readout, fig], single_threaded(update),
+    return Panel(controls, [readout, fig], update,
                  title="How padding contaminates BatchNorm's statistics")
 
 
-@register_panel("02_batchnorm_and_padding")
+@register_panel()
 def coupling_panel() -> Panel:
     """Extra padding and the batch mates' shift -> how much one unchanged sentence's normalized output moves."""
     fig = _subplots(("largest change of the sentence's output", "feature 0 of the sentence, token by token"),
-                    "The same sentence in a different batch", height=470)
-    fig.update_layout(legend=dict(orientation="h", y=-0.3), margin=dict(l=60, r=20, t=80, b=90))
+                    "The same sentence in a different batch", height=470, margin=dict(b=90), legend=dict(y=-0.3))
     labels = list(SHORT_NAMES)
-    fig.add_bar(x=labels, name="more padding only", marker_color=color(4), texttemplate="%{y:.2g}",
-                textposition="outside", row=1, col=1)
-    fig.add_bar(x=labels, name="batch mates from another domain", marker_color=color(5), texttemplate="%{y:.2g}",
-                textposition="outside", row=1, col=1)
+    change_bars = {  # key of coupling_batches -> the bars of the largest change it causes
+        "more_padding": fig.add_bar(x=labels, name="more padding only", marker_color=color(4),
+                                    texttemplate="%{y:.2g}", textposition="outside", row=1, col=1).data[-1],
+        "other_mates": fig.add_bar(x=labels, name="batch mates from another domain", marker_color=color(5),
+                                   texttemplate="%{y:.2g}", textposition="outside", row=1, col=1).data[-1],
+    }
     tokens = list(range(SENTENCE_LEN))
+    sentence_lines = []  # per norm in COMPARED_NORMS: the (reference batch, changed batch) traces
     for j, label in enumerate(labels):
         line = dict(color=color((1, 0, 2)[j]), width=2)
-        fig.add_scatter(x=tokens, mode="lines", name=f"{label}: reference batch", line=line, legendgroup=label,
-                        row=1, col=2)
-        fig.add_scatter(x=tokens, mode="lines", name=f"{label}: changed batch", line={**line, "dash": "dot"},
-                        legendgroup=label, row=1, col=2)
+        sentence_lines.append((
+            fig.add_scatter(x=tokens, mode="lines", name=f"{label}: reference batch", line=line, legendgroup=label,
+                            row=1, col=2).data[-1],
+            fig.add_scatter(x=tokens, mode="lines", name=f"{label}: changed batch", line={**line, "dash": "dot"},
+                            legendgroup=label, row=1, col=2).data[-1]))
     fig.update_xaxes(title_text="normalization", row=1, col=1)
     fig.update_yaxes(title_text="max |output change|", row=1, col=1)
     fig.update_xaxes(title_text="token of the sentence", row=1, col=2)
@@ -250,21 +256,21 @@ def coupling_panel() -> Panel:
         name = "more_padding" if change == "more padding" else "other_mates"
         changes = {"more_padding": [], "other_mates": []}
         with fig.batch_update():
-            for j, kind in enumerate(NORM_KINDS):
+            for kind, (reference_line, changed_line) in zip(COMPARED_NORMS, sentence_lines):
                 out = sentence_outputs(batches, kind)
                 for key in changes:
                     changes[key].append(float((out[key] - out["reference"]).abs().max()))
-                fig.data[2 + 2 * j].y = out["reference"][:, 0].tolist()
-                fig.data[3 + 2 * j].y = out[name][:, 0].tolist()
-            fig.data[0].y = changes["more_padding"]
-            fig.data[1].y = changes["other_mates"]
+                reference_line.y = out["reference"][:, 0].tolist()
+                changed_line.y = out[name][:, 0].tolist()
+            for key, bar in change_bars.items():
+                bar.y = changes[key]
         share = 1 - n_real / (8 * padded_len)
         readout.value = ("Largest change of the sentence's output with more padding (share " + f"{share:.0%}" + "): "
-                         + ", ".join(f"{k} <b>{v:.3g}</b>" for k, v in zip(NORM_KINDS, changes["more_padding"]))
+                         + ", ".join(f"{k} <b>{v:.3g}</b>" for k, v in zip(COMPARED_NORMS, changes["more_padding"]))
                          + f"<br>With batch mates shifted by {mate_shift:+.1f}: "
-                         + ", ".join(f"{k} <b>{v:.3g}</b>" for k, v in zip(NORM_KINDS, changes["other_mates"])))
+                         + ", ".join(f"{k} <b>{v:.3g}</b>" for k, v in zip(COMPARED_NORMS, changes["other_mates"])))
 
-    return Panel(controls, [readout, fig], single_threaded(update), title="One sentence, different batch mates")
+    return Panel(controls, [readout, fig], update, title="One sentence, different batch mates")
 
 
 def drifting_batches(steps: int, drift: float = 1.0, padding_share: float = 0.5, spread: float = 0.5, seed: int = 0):

@@ -1,13 +1,12 @@
 """Notebook 04 (Pre-LN vs Post-LN): the placement diagram, measurements at initialization, the training race, and
 the panels that show them. The lesson's own code (the update rules, the measurement, the assertions) is in the
-notebook; this module holds the wiring and a reference copy of the measurement for the benchmark.
+notebook; this module holds the wiring, and the init panel takes the notebook's `measure_at_init`.
 """
 from __future__ import annotations
 
+import functools
 import html
 import math
-import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -16,14 +15,14 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from ..figures import color, live_figure
-from ..panel import BackgroundRun, Panel, register_panel
-from ..tasks import copy_task_batch
-from ..training import History, masked_loss_and_accuracy, train_copy_task
+from ..figures import color, live_figure, static_figure
+from ..norms import positive_number
+from ..panel import Panel, TrainingDemo, register_panel
+from ..training import History, seconds_per_step, train_copy_task
 from ..transformer import TinyLM
 
-__all__ = ["MODEL", "TASK", "POS_STD", "INIT_DEPTHS", "build_model", "relative_updates", "measure_at_init",
-           "init_measurements", "init_panel", "placement_diagram", "RunConfig", "RACE", "NO_FINAL_NORM", "verdict",
+__all__ = ["MODEL", "TASK", "POS_STD", "INIT_DEPTHS", "build_model", "relative_updates", "init_measurements",
+           "init_panel", "placement_diagram", "RunConfig", "RACE", "NO_FINAL_NORM", "verdict",
            "RaceResult", "race_figure", "run_race", "RacePanel", "race_panel"]
 
 MODEL = dict(d_model=64, n_heads=4)
@@ -32,7 +31,6 @@ TASK = dict(n_tokens=8, vocab_size=16)
 # start, with N(0, 1) a few dozen, which is what lets the race run in seconds.
 POS_STD = 1.0
 INIT_DEPTHS = (3, 6, 12, 24)
-INIT_BATCH = 64  # with 16 sequences the per-layer profile of one model is too noisy to read
 PLACEMENT_COLOR = {"Post-LN": color(1), "Pre-LN": color(0)}
 RACE_DEFAULTS = dict(n_layers=4, lr=1e-2, warmup=50, steps=100, seeds=3)
 
@@ -52,32 +50,14 @@ def relative_updates(hidden: Sequence[torch.Tensor]) -> list[float]:
     return [float(((b - a).norm(dim=-1) / a.norm(dim=-1)).mean()) for a, b in zip(hidden[:-1], hidden[1:])]
 
 
-def measure_at_init(n_layers: int, placement: str, seed: int) -> dict[str, list[float]]:
-    """Reference copy of notebook 04's inline measurement, for one freshly initialized model and one batch.
-
-    Returns per-layer Frobenius norms of dLoss/dW for each block's FFN weights ("W1" = linear1, "W2" = linear2),
-    the stream's RMS |x_l| / sqrt(d) after the embeddings and after every block ("rms", n_layers + 1 values), and each
-    block's relative update ("update").
-    """
-    model = build_model(n_layers, placement, seed)
-    idx, targets, mask = copy_task_batch(INIT_BATCH, generator=torch.Generator().manual_seed(seed), **TASK)
-    logits, hidden = model(idx, return_hidden=True)
-    loss, _ = masked_loss_and_accuracy(logits, targets, mask)
-    loss.backward()
-    with torch.no_grad():
-        return {"W1": [float(b.ffn.linear1.weight.grad.norm()) for b in model.blocks],
-                "W2": [float(b.ffn.linear2.weight.grad.norm()) for b in model.blocks],
-                "rms": [float(h.pow(2).mean().sqrt()) for h in hidden],
-                "update": relative_updates(hidden)}
-
-
-def init_measurements(measure: Callable[[int, str, int], dict] = measure_at_init,
-                      depths: Sequence[int] = INIT_DEPTHS, inits: int = 3) -> dict[tuple[int, str], dict]:
-    """Run `measure` for every depth, both placements and `inits` seeds; arrays of shape (inits, values)."""
+def init_measurements(measure_at_init: Callable[[int, str, int], dict], depths: Sequence[int] = INIT_DEPTHS,
+                      inits: int = 3) -> dict[tuple[int, str], dict]:
+    """Run measure_at_init(depth, placement, seed) for every depth, both placements and `inits` seeds; arrays of
+    shape (inits, values)."""
     data = {}
     for depth in depths:
         for placement in ("post", "pre"):
-            runs = [measure(depth, placement, seed) for seed in range(inits)]
+            runs = [measure_at_init(depth, placement, seed) for seed in range(inits)]
             data[depth, placement] = {key: np.array([r[key] for r in runs]) for key in runs[0]}
     return data
 
@@ -89,12 +69,14 @@ _INIT_PLOTS = (("grad", "Gradient norm of the FFN weights at initialization", "l
                 "|x_l - x_(l-1)| / |x_(l-1)|, mean over tokens"))
 
 
-def init_panel(measure: Callable[[int, str, int], dict] | None = None, depths: Sequence[int] = INIT_DEPTHS,
+@register_panel()
+def init_panel(measure_at_init: Callable[[int, str, int], dict], depths: Sequence[int] = INIT_DEPTHS,
                inits: int = 3) -> Panel:
     """Depth slider -> three live figures (FFN gradient norms, stream size, relative update per layer), Post-LN
-    against Pre-LN, averaged over `inits` initializations. Everything is measured here, when the panel is built,
-    so moving a control only redraws. The measurements are kept as `panel.data[(depth, placement)]`."""
-    data = init_measurements(measure or measure_at_init, depths, inits)
+    against Pre-LN, averaged over `inits` initializations. Everything is measured here, when the panel is built, by
+    notebook 04's measure_at_init(n_layers, placement, seed), so moving a control only redraws. The measurements
+    are kept as `panel.data[(depth, placement)]`."""
+    data = init_measurements(measure_at_init, depths, inits)
     fits = {}  # depth -> the least-squares line through Pre-LN's mean RMS², a + c·l
     for depth in depths:
         squared = data[depth, "pre"]["rms"].mean(0) ** 2
@@ -103,10 +85,11 @@ def init_panel(measure: Callable[[int, str, int], dict] | None = None, depths: S
                for key, title, x, y in _INIT_PLOTS}
     for key in ("rms", "update"):  # narrow figures: keep the toolbar off the title
         figures[key].update_layout(modebar=dict(orientation="v"))
-    for fig in figures.values():
-        for name in ("Post-LN", "Pre-LN"):
-            fig.add_scatter(x=[], y=[], mode="lines+markers", name=name, line=dict(color=PLACEMENT_COLOR[name]))
-    figures["rms"].add_scatter(x=[], y=[], mode="lines", name="fit to Pre-LN", line=dict(color=color(7), dash="dot"))
+    lines = {(plot, placement): fig.add_scatter(x=[], y=[], mode="lines+markers", name=name,
+                                                line=dict(color=PLACEMENT_COLOR[name])).data[-1]
+             for plot, fig in figures.items() for placement, name in (("post", "Post-LN"), ("pre", "Pre-LN"))}
+    fit_trace = figures["rms"].add_scatter(x=[], y=[], mode="lines", name="fit to Pre-LN",
+                                           line=dict(color=color(7), dash="dot")).data[-1]
 
     def update(depth: int, weight: str, spread: bool) -> None:
         if (depth, "post") not in data:
@@ -116,7 +99,8 @@ def init_panel(measure: Callable[[int, str, int], dict] | None = None, depths: S
             raise ValueError(f"weight must be 'W1 (linear1)' or 'W2 (linear2)', got {weight!r}")
         for plot, fig in figures.items():
             with fig.batch_update():
-                for trace, placement in zip(fig.data, ("post", "pre")):
+                for placement in ("post", "pre"):
+                    trace = lines[plot, placement]
                     values = data[depth, placement][key if plot == "grad" else plot]
                     start = 0 if plot == "rms" else 1
                     trace.x = list(range(start, start + values.shape[1]))
@@ -129,9 +113,9 @@ def init_panel(measure: Callable[[int, str, int], dict] | None = None, depths: S
                 if plot == "rms":
                     slope, intercept = fits[depth]
                     layers = np.arange(depth + 1)
-                    fig.data[2].x = layers.tolist()
-                    fig.data[2].y = np.sqrt(np.maximum(intercept + slope * layers, 0)).tolist()
-                    fig.data[2].name = f"sqrt({intercept:.2f} + {slope:.2f}·l), fit to Pre-LN"
+                    fit_trace.x = layers.tolist()
+                    fit_trace.y = np.sqrt(np.maximum(intercept + slope * layers, 0)).tolist()
+                    fit_trace.name = f"sqrt({intercept:.2f} + {slope:.2f}·l), fit to Pre-LN"
 
     controls = {"depth": widgets.SelectionSlider(options=list(depths), value=depths[len(depths) // 2],
                                                  description="depth L"),
@@ -141,12 +125,6 @@ def init_panel(measure: Callable[[int, str, int], dict] | None = None, depths: S
     panel = Panel(controls, outputs, update, title="Post-LN vs Pre-LN at initialization")
     panel.data, panel.figures = data, figures
     return panel
-
-
-@register_panel("04_pre_vs_post_ln")
-def init_panel_default() -> Panel:
-    """The initialization panel as notebook 04 builds it, for the benchmark."""
-    return init_panel()
 
 
 def placement_diagram() -> go.Figure:
@@ -209,8 +187,8 @@ def placement_diagram() -> go.Figure:
         text(x + 1.0, 6.95, where, 13, color="#555")
         text(x, 0.15, "x<sub>l</sub>")
         text(x, 6.3, "x<sub>l+1</sub>")
-    fig = live_figure("Where the norm sits on the residual path (F = attention or feed-forward)", "", "",
-                      height=460, widget=False)
+    fig = static_figure("Where the norm sits on the residual path (F = attention or feed-forward)", "", "",
+                        height=460)
     # Legend entries for what the colours mean (shapes have no legend of their own).
     fig.add_scatter(x=[None], y=[None], mode="lines", line=dict(color=main, width=4), name="residual path")
     fig.add_scatter(x=[None], y=[None], mode="markers", marker=dict(symbol="square", size=14, color=norm_fill),
@@ -284,17 +262,22 @@ def race_figure(configs: Sequence[RunConfig] = RACE, seeds: int = 3, steps: int 
     return fig
 
 
-def _reset_race_figure(fig: go.FigureWidget, configs: Sequence[RunConfig], seeds: int, steps: int) -> None:
+def _reset_race_figure(fig: go.FigureWidget, configs: Sequence[RunConfig], seeds: int,
+                       steps: int) -> dict[tuple[str, int], go.Scatter]:
+    """Draw the figure afresh, empty; returns the loss trace of each (config label, seed)."""
     chance = math.log(TASK["vocab_size"] - 1)
+    traces = {}
     with fig.batch_update():
         fig.data = []
         for i, cfg in enumerate(configs):
             for s in range(seeds):
-                fig.add_scatter(x=[], y=[], mode="lines", name=cfg.label, legendgroup=cfg.label,
-                                showlegend=s == 0, line=dict(color=RACE_COLOR.get(cfg.label, color(i + 2)), width=1.6),
-                                hovertemplate=f"{cfg.label}, seed {s}<br>step %{{x}}: loss %{{y:.3f}}<extra></extra>")
+                traces[cfg.label, s] = fig.add_scatter(
+                    x=[], y=[], mode="lines", name=cfg.label, legendgroup=cfg.label, showlegend=s == 0,
+                    line=dict(color=RACE_COLOR.get(cfg.label, color(i + 2)), width=1.6),
+                    hovertemplate=f"{cfg.label}, seed {s}<br>step %{{x}}: loss %{{y:.3f}}<extra></extra>").data[-1]
         fig.add_scatter(x=[0, steps], y=[chance, chance], mode="lines", name=f"chance, ln {TASK['vocab_size'] - 1}",
                         line=dict(color=color(7), dash="dot", width=1))
+    return traces
 
 
 def run_race(n_layers: int, lr: float, warmup: int, steps: int, seeds: int, *,
@@ -309,16 +292,15 @@ def run_race(n_layers: int, lr: float, warmup: int, steps: int, seeds: int, *,
         raise ValueError(f"the warmup ({warmup} steps) must be shorter than the run ({steps} steps)")
     settings = dict(n_layers=n_layers, lr=lr, warmup=warmup, steps=steps, seeds=seeds)
     result = RaceResult(settings)
-    if figure is not None:
-        _reset_race_figure(figure, configs, seeds, steps)
+    traces = _reset_race_figure(figure, configs, seeds, steps) if figure is not None else {}
     total, done = len(configs) * seeds * steps, 0
-    for i, cfg in enumerate(configs):
+    for cfg in configs:
         for s in range(seeds):
             if should_stop is not None and should_stop():
                 result.stopped = True
                 return result
             model = build_model(n_layers, cfg.placement, seed=s, final_norm=cfg.final_norm)
-            trace = figure.data[i * seeds + s] if figure is not None else None
+            trace = traces.get((cfg.label, s))
 
             def callback(step, history, trace=trace, base=done, label=cfg.label, seed=s):
                 last = step + 1 == steps
@@ -329,10 +311,8 @@ def run_race(n_layers: int, lr: float, warmup: int, steps: int, seeds: int, *,
                     progress(base + step + 1, total, f"{label}, seed {seed}: step {step + 1}/{steps}, "
                                                      f"loss {history.loss[-1]:.3f}")
 
-            with warnings.catch_warnings():  # training.py's float(loss) warns once per kernel; nothing is wrong
-                warnings.filterwarnings("ignore", message="Converting a tensor with requires_grad=True")
-                history = train_copy_task(model, steps=steps, lr=lr, warmup=warmup if cfg.warmup else 0, seed=s,
-                                          batch_size=32, callback=callback, should_stop=should_stop, **TASK)
+            history = train_copy_task(model, steps=steps, lr=lr, warmup=warmup if cfg.warmup else 0, seed=s,
+                                      batch_size=32, callback=callback, should_stop=should_stop, **TASK)
             if trace is not None:
                 with figure.batch_update():
                     trace.x, trace.y = history.step, history.loss
@@ -345,20 +325,14 @@ def run_race(n_layers: int, lr: float, warmup: int, steps: int, seeds: int, *,
     return result
 
 
-def _seconds_per_layer_step(repeats: int = 3) -> float:
-    """Median wall time of one training step of one block here (batch 32), to tell the learner how long a run takes."""
-    model = build_model(2, "pre", seed=0)
-    idx, targets, mask = copy_task_batch(32, generator=torch.Generator().manual_seed(0), **TASK)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        loss, _ = masked_loss_and_accuracy(model(idx), targets, mask)
-        loss.backward()
-        times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2] * 1.3 / 2  # 1.3: Adam's update and the bookkeeping on top
+@functools.lru_cache(maxsize=1)
+def _layer_step_seconds() -> float:
+    """One training step of one block here, measured once per kernel: a 2-block model's step costs 3 such units (2
+    blocks, and the embeddings with the head)."""
+    return seconds_per_step(build_model(2, "pre", seed=0), batch_size=32, **TASK) / 3
 
 
-class RacePanel(Panel):
+class RacePanel(TrainingDemo):
     """Depth, learning rate, warmup, steps and seeds; Train runs the race in the background with a progress bar and
     a Stop button while the loss curves draw live. run(background=False) trains in the calling cell (for nbval)."""
 
@@ -369,13 +343,7 @@ class RacePanel(Panel):
         d = {**RACE_DEFAULTS, **defaults}
         self.configs = tuple(configs)
         self.figure = race_figure(self.configs, d["seeds"], d["steps"])
-        self.runner = BackgroundRun("training")
-        self.train_button = widgets.Button(description="Train", icon="play", button_style="success",
-                                           tooltip="train every configuration with these settings")
-        self.plan = widgets.HTML()
-        self.results = widgets.HTML()
-        self.result: RaceResult | None = None
-        self._layer_step_s = _seconds_per_layer_step()
+        self._layer_step_s = _layer_step_seconds()
         controls = {
             "n_layers": widgets.IntSlider(value=d["n_layers"], min=1, max=12, description="depth L"),
             "lr": widgets.FloatLogSlider(value=d["lr"], base=10, min=-4, max=-1.5, step=0.125,
@@ -384,20 +352,22 @@ class RacePanel(Panel):
             "steps": widgets.IntSlider(value=d["steps"], min=20, max=400, step=10, description="steps"),
             "seeds": widgets.IntSlider(value=d["seeds"], min=1, max=5, description="seeds"),
         }
-        self.train_button.on_click(lambda _button: self.run())
-        super().__init__(controls, [widgets.HBox([self.train_button, self.runner.widget]), self.plan, self.figure,
-                                    self.results], self._plan, title=title)
+        super().__init__(controls, [self.figure], title=title)
+        self.button.button_style, self.button.tooltip = "success", "train every configuration with these settings"
 
-    def _plan(self, n_layers: int, lr: float, warmup: int, steps: int, seeds: int) -> None:
-        """Check the settings and say what Train will do and about how long it takes; trains nothing."""
-        if not (math.isfinite(lr) and lr > 0):
-            raise ValueError(f"the learning rate must be a positive number, got {lr!r}")
+    def settings(self, n_layers: int, lr: float, warmup: int, steps: int, seeds: int) -> dict:
+        positive_number(lr, "the learning rate")
         if n_layers < 1 or seeds < 1 or steps < 1:
             raise ValueError("depth, steps and seeds must each be at least 1")
         if not 0 <= warmup < steps:
             raise ValueError(f"The warmup ({warmup} steps) is as long as the whole run ({steps} steps), so the "
                              "warmed-up run would never reach the full learning rate. Lower the warmup or raise the "
                              "steps.")
+        return dict(n_layers=n_layers, lr=lr, warmup=warmup, steps=steps, seeds=seeds)
+
+    def describe(self, settings: dict) -> str:
+        """What Train will do and about how long it takes."""
+        n_layers, lr, warmup, steps, seeds = (settings[k] for k in ("n_layers", "lr", "warmup", "steps", "seeds"))
         runs = len(self.configs) * seeds
         seconds = runs * steps * (n_layers + 1) * self._layer_step_s
         uses_warmup = any(c.warmup for c in self.configs)
@@ -409,33 +379,17 @@ class RacePanel(Panel):
             text += " With warmup 0, 'Post-LN + warmup' is the same run as 'Post-LN, no warmup'."
         if seconds > 120:
             text += " That is a long run: the Stop button ends it at any time."
-        self.plan.value = f"<div>{text}</div>"
+        return f"<div>{text}</div>"
 
-    def run(self, background: bool = True) -> RaceResult | None:
-        """Train with the current settings. In the background, returns None at once (the result lands in
-        `self.result`); with background=False, trains here and returns the RaceResult."""
-        if not self.refresh():
-            return None
-        settings = self.values()
+    def train(self, settings: dict, should_stop, progress) -> RaceResult:
+        return run_race(**settings, configs=self.configs, figure=self.figure, should_stop=should_stop,
+                        progress=progress)
 
-        def job(should_stop, progress):
-            return run_race(**settings, configs=self.configs, figure=self.figure, should_stop=should_stop,
-                            progress=progress)
-
-        def done(result: RaceResult) -> None:
-            self.result = result
-            self.results.value = result._repr_html_()
-
-        self.results.value = ""
-        started = self.runner.start(job, done, background=background)
-        if background or not started:
-            return None
-        if self.runner.error:
-            raise RuntimeError(f"training failed: {self.runner.error}")
-        return self.result
+    def summarize(self, result: RaceResult) -> str:
+        return result._repr_html_()
 
 
-@register_panel("04_pre_vs_post_ln")
+@register_panel()
 def race_panel(configs: Sequence[RunConfig] = RACE, **defaults) -> RacePanel:
     """The race of notebook 04: Post-LN without and with warmup, Pre-LN without, at the settings given."""
     return RacePanel(configs, **defaults)

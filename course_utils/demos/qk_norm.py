@@ -1,42 +1,43 @@
 """Notebook 06 (QK-norm and soft-capping): attention maps under scaled queries and keys, the soft-cap curve and its
-effect on next-token probabilities, the high-learning-rate training experiment and its rerun panel, two checkers.
+effect on next-token probabilities, the high-learning-rate training experiment and its rerun panel.
 
-`attention_probs` and `softcap_logits` are reference copies of the code notebook 06 writes inline (sections 1 and 2).
+The panels of sections 1 and 2 take the notebook's own `attention_probs` and `softcap_logits`; its checkers are in
+course_utils.exercises.
 The attention-logit experiment follows Wortsman et al. 2023 (arXiv 2309.14322): a small model, a learning rate raised
 until the attention logits grow, with and without QK-norm (Henry et al. 2020, arXiv 2010.04245) and soft-capping
 (Gemma 2, arXiv 2408.00118).
 """
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 import torch
-import torch.nn.functional as F
-from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ..exercises import CheckReport, run_case
-from ..figures import PALETTE, LiveFigure, color, live_figure
-from ..panel import BackgroundRun, Panel, message_html, register_panel
-from ..tasks import copy_task_batch
-from ..training import History, train_copy_task
+from ..figures import PALETTE, color, live_figure, live_subplots, log_axis_values
+from ..norms import positive_number
+from ..panel import Panel, TrainingDemo, message_html, register_panel
+from ..synthetic import copy_task_batch
+from ..training import History, seconds_per_step, train_copy_task
 from ..transformer import TinyLM, softcap
 
 __all__ = [
     "GEMMA2_ATTN_CAP", "GEMMA2_FINAL_CAP", "RECIPE", "CONDITIONS", "LAB_CONDITIONS",
-    "probe_qk", "attention_probs", "row_entropy", "softmax_jacobian_norm", "attention_panel",
-    "next_token_logits", "softcap_logits", "softcap_panel",
-    "make_model", "logit_growth_figure", "live_callback", "draw_history", "attention_saturation", "qk_gain_bound",
-    "TrainingLab", "training_panel", "check_softcap", "check_qk_norm_logits",
+    "probe_qk", "row_entropy", "softmax_jacobian_norm", "attention_panel", "next_token_logits", "softcap_panel",
+    "make_model", "train_with_recipe", "logit_growth_figure", "live_callback", "draw_history", "attention_saturation",
+    "qk_gain_bound", "TrainingLab", "training_panel",
 ]
 
 GEMMA2_ATTN_CAP = 50.0   # Gemma 2, arXiv 2408.00118: attention logits
 GEMMA2_FINAL_CAP = 30.0  # ... and final (next-token) logits
 
-# Notebook 06's training recipe: a small Pre-LN model at a learning rate high enough for attention logits to run away.
+# Notebook 06's training recipe, for its runs and the lab's: a small Pre-LN model at a learning rate high enough for
+# attention logits to run away.
 RECIPE = dict(vocab_size=16, d_model=64, n_layers=2, n_heads=2, n_tokens=8, batch_size=32, lr=0.1, warmup=20,
               betas=(0.9, 0.95), weight_decay=0.0)
 CONDITIONS = {
@@ -56,20 +57,6 @@ def probe_qk(n_tokens: int = 12, d_head: int = 16, seed: int = 0) -> tuple[Tenso
             torch.randn(n_tokens, d_head, generator=g, dtype=torch.float64))
 
 
-def attention_probs(q: Tensor, k: Tensor, qk_norm: bool = False, gain: float = 1.0,
-                    eps: float = 1e-6) -> tuple[Tensor, Tensor]:
-    """Reference copy of notebook 06 section 1: softmax(q k^T / sqrt(d_head)), optionally with QK-norm.
-
-    QK-norm here is RMSNorm over d_head with a shared scalar gain on q and k. q: (..., n_q, d_head),
-    k: (..., n_k, d_head) -> (probs, logits), both (..., n_q, n_k).
-    """
-    if qk_norm:
-        q = gain * q / q.pow(2).mean(-1, keepdim=True).add(eps).sqrt()
-        k = gain * k / k.pow(2).mean(-1, keepdim=True).add(eps).sqrt()
-    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    return logits.softmax(-1), logits
-
-
 def row_entropy(p: Tensor) -> Tensor:
     """Entropy in nats of each row of a probability matrix (..., n) -> (...); 0 for one-hot, ln n for uniform."""
     return torch.special.entr(p).sum(-1)  # entr(p) = -p ln p, and 0 at p = 0
@@ -84,28 +71,25 @@ def softmax_jacobian_norm(p: Tensor) -> Tensor:
     return jac.flatten(-2).norm(dim=-1)
 
 
-def _positive_number(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be a number > 0, got {value!r}")
-    return float(value)
+@register_panel()
+def attention_panel(attention_probs: Callable[..., tuple[Tensor, Tensor]], n_tokens: int = 12,
+                    d_head: int = 16) -> Panel:
+    """Scale queries and keys; the attention map and its entropy, without and with QK-norm, side by side.
 
-
-@register_panel("06_qk_norm_and_softcapping")
-def attention_panel(n_tokens: int = 12, d_head: int = 16) -> Panel:
-    """Scale queries and keys; the attention map and its entropy, without and with QK-norm, side by side."""
+    attention_probs(q, k, qk_norm=False, gain=1.0) -> (probs, logits) is notebook 06's.
+    """
     q0, k0 = probe_qk(n_tokens, d_head)
     max_entropy = math.log(n_tokens)
     grid = np.logspace(-2, 3, 61)  # the product s_q * s_k, precomputed: moving a slider only marks a point
     plain_curve = [float(row_entropy(attention_probs(s * q0, k0)[0]).mean()) for s in grid]
 
-    heat = LiveFigure(make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                                         subplot_titles=("without QK-norm", "with QK-norm")))
-    heat.update_layout(title="Attention weights: each row is one query, its weights over the keys sum to 1",
-                       height=380, template="plotly_white", margin=dict(l=60, r=20, t=80, b=50))
+    heat = live_subplots(1, 2, "Attention weights: each row is one query, its weights over the keys sum to 1",
+                         height=380, horizontal_spacing=0.12, subplot_titles=("without QK-norm", "with QK-norm"))
+    maps = []  # the attention map without, then with QK-norm
     for col in (1, 2):
-        heat.add_heatmap(z=np.zeros((n_tokens, n_tokens)), zmin=0.0, zmax=1.0, colorscale="Cividis",
-                         showscale=col == 2, colorbar=dict(title="weight"), row=1, col=col,
-                         hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>")
+        maps.append(heat.add_heatmap(z=np.zeros((n_tokens, n_tokens)), zmin=0.0, zmax=1.0, colorscale="Cividis",
+                                     showscale=col == 2, colorbar=dict(title="weight"), row=1, col=col,
+                                     hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>").data[-1])
         heat.update_xaxes(title_text="key position", row=1, col=col)
         heat.update_yaxes(title_text="query position", autorange="reversed", row=1, col=col)
 
@@ -113,13 +97,14 @@ def attention_panel(n_tokens: int = 12, d_head: int = 16) -> Panel:
                         "mean entropy per query (nats)", log_x=True, height=360)
     curve.add_scatter(x=grid.tolist(), y=plain_curve, mode="lines", name="without QK-norm",
                       line=dict(color=color(1), width=3))
-    curve.add_scatter(x=[grid[0], grid[-1]], y=[0, 0], mode="lines", name="with QK-norm (gain γ)",
-                      line=dict(color=color(0), width=3))
+    normed_line = curve.add_scatter(x=[grid[0], grid[-1]], y=[0, 0], mode="lines", name="with QK-norm (gain γ)",
+                                    line=dict(color=color(0), width=3)).data[-1]
     curve.add_scatter(x=[grid[0], grid[-1]], y=[max_entropy] * 2, mode="lines",
                       name=f"uniform attention: ln {n_tokens} = {max_entropy:.2f}",
                       line=dict(color="#999999", dash="dash"))
-    curve.add_scatter(x=[1.0, 1.0], y=[0, 0], mode="markers", name="you are here",
-                      marker=dict(size=12, color=[color(1), color(0)], symbol="circle-open-dot", line=dict(width=3)))
+    here = curve.add_scatter(x=[1.0, 1.0], y=[0, 0], mode="markers", name="you are here",
+                             marker=dict(size=12, color=[color(1), color(0)], symbol="circle-open-dot",
+                                         line=dict(width=3))).data[-1]
     curve.update_yaxes(range=[-0.05, max_entropy + 0.2])
     readout = widgets.HTML()
     controls = {
@@ -131,19 +116,19 @@ def attention_panel(n_tokens: int = 12, d_head: int = 16) -> Panel:
     }
 
     def update(scale_q, scale_k, gain):
-        scale_q = _positive_number(scale_q, "the query scale s_q")
-        scale_k = _positive_number(scale_k, "the key scale s_k")
-        gain = _positive_number(gain, "the QK-norm gain γ")
+        scale_q = positive_number(scale_q, "the query scale s_q")
+        scale_k = positive_number(scale_k, "the key scale s_k")
+        gain = positive_number(gain, "the QK-norm gain γ")
         q, k = scale_q * q0, scale_k * k0
         p_plain, z_plain = attention_probs(q, k)
         p_norm, z_norm = attention_probs(q, k, qk_norm=True, gain=gain)
         h_plain, h_norm = float(row_entropy(p_plain).mean()), float(row_entropy(p_norm).mean())
         with heat.batch_update():
-            heat.data[0].z = p_plain.numpy()
-            heat.data[1].z = p_norm.numpy()
+            maps[0].z = p_plain.numpy()
+            maps[1].z = p_norm.numpy()
         with curve.batch_update():
-            curve.data[1].y = [h_norm, h_norm]
-            curve.data[3].update(x=[scale_q * scale_k] * 2, y=[h_plain, h_norm])
+            normed_line.y = [h_norm, h_norm]
+            here.update(x=[scale_q * scale_k] * 2, y=[h_plain, h_norm])
         rows = [(name, float(z.abs().max()), float(p.max(-1).values.mean()), h)
                 for name, z, p, h in (("without QK-norm", z_plain, p_plain, h_plain),
                                       ("with QK-norm", z_norm, p_norm, h_norm))]
@@ -160,26 +145,24 @@ def attention_panel(n_tokens: int = 12, d_head: int = 16) -> Panel:
 
 
 # ------------------------------------------------------------------------------------------------- 2. soft-capping
-def softcap_logits(x: Tensor, cap: float) -> Tensor:
-    """Reference copy of notebook 06 section 2: cap * tanh(x / cap)."""
-    return cap * torch.tanh(x / cap)
-
-
 def next_token_logits(top_logit: float, vocab_size: int = 1000, seed: int = 0) -> Tensor:
     """A fixed, made-up next-token logit vector (vocab_size,), scaled so its largest entry is `top_logit`.
 
     A few candidate tokens stand out from a Gaussian background, as in a confident language model.
     """
-    top_logit = _positive_number(top_logit, "the largest logit")
+    top_logit = positive_number(top_logit, "the largest logit")
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(vocab_size, generator=g, dtype=torch.float64)
     z[:6] += torch.tensor([7.0, 6.0, 5.5, 4.5, 4.0, 3.5], dtype=torch.float64)
     return z * (top_logit / z.max())
 
 
-@register_panel("06_qk_norm_and_softcapping")
-def softcap_panel(top_k: int = 8) -> Panel:
-    """Pick a cap and how large the logits are: the cap curve, and next-token probabilities before and after it."""
+@register_panel()
+def softcap_panel(softcap_logits: Callable[[Tensor, float], Tensor], top_k: int = 8) -> Panel:
+    """Pick a cap and how large the logits are: the cap curve, and next-token probabilities before and after it.
+
+    softcap_logits(x, cap) -> cap * tanh(x / cap) is notebook 06's.
+    """
     xs = torch.linspace(-150.0, 150.0, 301, dtype=torch.float64)
     curve = live_figure("Soft-capping: cap · tanh(x / cap) against the raw logit x", "raw logit x",
                         "logit after the cap", height=400)
@@ -189,15 +172,16 @@ def softcap_panel(top_k: int = 8) -> Panel:
                                      (GEMMA2_ATTN_CAP, "Gemma 2 attention logits"))):
         curve.add_scatter(x=xs.tolist(), y=softcap_logits(xs, cap).tolist(), mode="lines",
                           name=f"{name}: cap {cap:g}", line=dict(color=color(2 + j), width=1.5, dash="dot"))
-    curve.add_scatter(x=xs.tolist(), mode="lines", name="your cap", line=dict(color=color(0), width=3))
-    curve.add_scatter(mode="markers", name=f"the example's top {top_k} logits",
-                      marker=dict(color=color(1), size=9, symbol="diamond"))
+    your_cap = curve.add_scatter(x=xs.tolist(), mode="lines", name="your cap",
+                                 line=dict(color=color(0), width=3)).data[-1]
+    top_points = curve.add_scatter(mode="markers", name=f"the example's top {top_k} logits",
+                                   marker=dict(color=color(1), size=9, symbol="diamond")).data[-1]
     curve.update_yaxes(range=[-110, 110])
 
     bars = live_figure(f"Next-token probabilities of the top {top_k} tokens", "token (ranked by raw logit)",
                        "probability", height=360)
-    bars.add_bar(name="raw logits", marker_color=color(1))
-    bars.add_bar(name="soft-capped logits", marker_color=color(0))
+    raw_bars = bars.add_bar(name="raw logits", marker_color=color(1)).data[-1]
+    capped_bars = bars.add_bar(name="soft-capped logits", marker_color=color(0)).data[-1]
     bars.update_yaxes(range=[0, 1])
     readout = widgets.HTML()
     controls = {
@@ -206,7 +190,7 @@ def softcap_panel(top_k: int = 8) -> Panel:
     }
 
     def update(cap, top_logit):
-        cap = _positive_number(cap, "the cap")
+        cap = positive_number(cap, "the cap")
         z = next_token_logits(top_logit)
         capped = softcap_logits(z, cap)
         p, p_cap = z.softmax(-1), capped.softmax(-1)
@@ -214,11 +198,11 @@ def softcap_panel(top_k: int = 8) -> Panel:
         top = order[:top_k]
         labels = [f"#{i + 1}" for i in range(top_k)]
         with curve.batch_update():
-            curve.data[3].update(y=softcap_logits(xs, cap).tolist(), name=f"your cap: {cap:g}")
-            curve.data[4].update(x=z[top].tolist(), y=capped[top].tolist())
+            your_cap.update(y=softcap_logits(xs, cap).tolist(), name=f"your cap: {cap:g}")
+            top_points.update(x=z[top].tolist(), y=capped[top].tolist())
         with bars.batch_update():
-            bars.data[0].update(x=labels, y=p[top].tolist())
-            bars.data[1].update(x=labels, y=p_cap[top].tolist())
+            raw_bars.update(x=labels, y=p[top].tolist())
+            capped_bars.update(x=labels, y=p_cap[top].tolist())
         same_order = bool(torch.equal(torch.argsort(capped, descending=True), order))
         kl = float((p * (p.clamp_min(1e-300).log() - p_cap.clamp_min(1e-300).log())).sum())
         readout.value = (f"Largest logit {float(z.max()):.1f} → {float(capped.max()):.2f} after the cap; "
@@ -238,9 +222,18 @@ def make_model(condition: str, seed: int, cap: float = GEMMA2_ATTN_CAP, **recipe
     r = {**RECIPE, **recipe}
     options = dict(LAB_CONDITIONS[condition])
     if "attn_softcap" in options:
-        options["attn_softcap"] = _positive_number(cap, "the cap")
+        options["attn_softcap"] = positive_number(cap, "the cap")
     return TinyLM(r["vocab_size"], d_model=r["d_model"], n_layers=r["n_layers"], n_heads=r["n_heads"],
                   max_len=2 * r["n_tokens"], seed=seed, **options)
+
+
+def train_with_recipe(model: TinyLM, seed: int, steps: int, lr: float = RECIPE["lr"], callback=None,
+                      should_stop=None) -> History:
+    """Train `model` on the recipe's copy task (its batch, warmup and AdamW betas, no weight decay) at `lr`."""
+    return train_copy_task(model, steps=steps, lr=lr, warmup=RECIPE["warmup"], batch_size=RECIPE["batch_size"],
+                           n_tokens=RECIPE["n_tokens"], vocab_size=RECIPE["vocab_size"], seed=seed,
+                           betas=RECIPE["betas"], weight_decay=RECIPE["weight_decay"], callback=callback,
+                           should_stop=should_stop)
 
 
 def _run_style(condition: str, seed_index: int) -> dict:
@@ -250,11 +243,9 @@ def _run_style(condition: str, seed_index: int) -> dict:
 
 def logit_growth_figure(runs: list[tuple[str, int]], title: str | None = None) -> go.FigureWidget:
     """Two panels, the largest attention logit (log scale) and the loss per step, one trace per (condition, seed)."""
-    fig = LiveFigure(make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
-        "largest |attention logit| before any cap", "training loss")))
-    fig.update_layout(title=title or "Training at a high learning rate: attention logits and loss, per step",
-                      height=420, template="plotly_white", margin=dict(l=60, r=20, t=80, b=50),
-                      legend=dict(orientation="h", y=-0.25))
+    fig = live_subplots(1, 2, title or "Training at a high learning rate: attention logits and loss, per step",
+                        height=420, horizontal_spacing=0.1,
+                        subplot_titles=("largest |attention logit| before any cap", "training loss"))
     fig.update_xaxes(title_text="training step")
     fig.update_yaxes(title_text="largest |logit| (log scale)", type="log", row=1, col=1)
     fig.update_yaxes(title_text="cross-entropy on the copied half (nats)", row=1, col=2)
@@ -267,22 +258,32 @@ def logit_growth_figure(runs: list[tuple[str, int]], title: str | None = None) -
     return fig
 
 
-def live_callback(fig: go.FigureWidget, run_index: int, every: int = 25, on_step=None):
+def _run_traces(fig: go.FigureWidget, group: str) -> tuple:
+    """The (largest logit, loss) traces of one run of a logit_growth_figure, found by the run's legend group."""
+    return tuple(fig.select_traces(selector=dict(legendgroup=group)))
+
+
+def _draw_run(fig: go.FigureWidget, traces: tuple, history: History) -> None:
+    logits = log_axis_values(history.max_logit)
+    logit_trace, loss_trace = traces
+    with fig.batch_update():
+        logit_trace.update(x=history.step, y=logits)
+        loss_trace.update(x=history.step, y=history.loss)
+
+
+def live_callback(fig: go.FigureWidget, run_index: int, every: int = 25):
     """A train_copy_task callback that redraws run `run_index` of a logit_growth_figure every `every` steps."""
+    traces = _run_traces(fig, str(run_index))
+
     def callback(step: int, history: History) -> None:
-        if on_step is not None:
-            on_step(step, history)
         if step % every == every - 1:
-            draw_history(fig, run_index, history)
+            _draw_run(fig, traces, history)
     return callback
 
 
 def draw_history(fig: go.FigureWidget, run_index: int, history: History) -> None:
     """Put a whole History into run `run_index` of a logit_growth_figure."""
-    logits = [v if 0 < v < math.inf else None for v in history.max_logit]
-    with fig.batch_update():
-        fig.data[2 * run_index].update(x=history.step, y=logits)
-        fig.data[2 * run_index + 1].update(x=history.step, y=history.loss)
+    _draw_run(fig, _run_traces(fig, str(run_index)), history)
 
 
 @torch.no_grad()
@@ -298,8 +299,9 @@ def attention_saturation(model: TinyLM, seed: int = 123, batch_size: int = 64, f
     _, hidden = model(idx, return_hidden=True)
     entropies, weights, slopes, beyond = [], [], [], []
     for block, x in zip(model.blocks, hidden):
-        attn = block.attn
-        z, _ = attn.logits(block.norm1(x) if block.placement == "pre" else x)
+        attn, seen = block.attn, {}
+        block(x, record=seen)  # rerun the block on its input to read what its attention saw, whatever the placement
+        z, _ = attn.logits(seen["attn_in"])
         capped = softcap(z, attn.attn_softcap)
         t = z.shape[-1]
         future = torch.ones(t, t, dtype=torch.bool).triu(1)
@@ -336,25 +338,29 @@ def qk_gain_bound(model: TinyLM) -> float:
     return max(bounds)
 
 
-SECONDS_PER_STEP = 0.02  # measured for RECIPE on the course's shared 2-core CPU; only used for the time estimate
+@functools.lru_cache(maxsize=1)
+def _recipe_step_seconds() -> float:
+    """One training step of the recipe's model on this machine, measured once per kernel."""
+    return seconds_per_step(make_model("no QK-norm", 0), batch_size=RECIPE["batch_size"], n_tokens=RECIPE["n_tokens"],
+                            vocab_size=RECIPE["vocab_size"])
 
 
-class TrainingLab:
+class TrainingLab(TrainingDemo):
     """The rerun panel: pick a condition, learning rate, cap, steps and seed, press Train; each run adds a trace.
 
-    `panel` checks the settings (and is what the benchmark times); training runs through a BackgroundRun with progress
-    and Stop, or synchronously with run(background=False).
+    The lab is a Panel over its controls: changing one checks the settings (what the benchmark times); training runs
+    through a BackgroundRun with progress and Stop, or synchronously with run(background=False). `runs` keeps every
+    run drawn (its settings, history and model), `.result` the last.
     """
 
     MAX_RUNS = 8
 
     def __init__(self):
         self.fig = logit_growth_figure([], title="Your runs: largest attention logit and loss per step")
-        self.button = widgets.Button(description="Train", icon="play", button_style="primary")
         self.clear_button = widgets.Button(description="Clear runs", icon="trash")
-        self.runner = BackgroundRun("training")
-        self.estimate = widgets.HTML()
-        self.results: list[dict] = []
+        self.runs: list[dict] = []
+        self._traces: list[tuple] = []  # each drawn run's (logit, loss) traces; a failed run keeps its empty ones
+        self._step_s = _recipe_step_seconds()
         controls = {
             "condition": widgets.Dropdown(options=list(LAB_CONDITIONS), value="no QK-norm", description="condition"),
             "lr": widgets.FloatLogSlider(value=RECIPE["lr"], base=10, min=-3, max=-0.5, step=0.25,
@@ -363,133 +369,74 @@ class TrainingLab:
             "steps": widgets.IntSlider(value=100, min=20, max=600, step=20, description="steps"),
             "seed": widgets.IntSlider(value=0, min=0, max=20, description="seed"),
         }
-        self.panel = Panel(controls, [self.estimate, widgets.HBox([self.button, self.clear_button]),
-                                      self.runner.widget, self.fig], self._check,
-                           title="Your own run: change one thing at a time")
-        self.panel.lab = self
-        self.button.on_click(lambda _b: self.run(background=True))
+        super().__init__(controls, [self.fig], buttons=[self.clear_button],
+                         title="Your own run: change one thing at a time")
         self.clear_button.on_click(lambda _b: self.clear())
 
-    def _check(self, condition, lr, cap, steps, seed) -> dict:
+    def settings(self, condition, lr, cap, steps, seed) -> dict:
         if condition not in LAB_CONDITIONS:
             raise ValueError(f"condition must be one of {tuple(LAB_CONDITIONS)}, got {condition!r}")
-        lr = _positive_number(lr, "the learning rate")
+        lr = positive_number(lr, "the learning rate")
         if lr > 1.0:
             raise ValueError(f"a learning rate of {lr:g} is beyond what AdamW can use here: pick at most 1")
-        cap = _positive_number(cap, "the cap")
+        cap = positive_number(cap, "the cap")
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= 5000:
             raise ValueError(f"steps must be a whole number from 1 to 5000, got {steps!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
-        cap_note = "" if "attn_softcap" in LAB_CONDITIONS[condition] else " (the cap only matters for the soft-cap run)"
-        self.estimate.value = (f"{condition}, lr {lr:.3g}, {steps} steps, seed {seed}{cap_note}: about "
-                               f"{steps * SECONDS_PER_STEP:.0f} s on a 2-core CPU. Press Train.")
         return dict(condition=condition, lr=lr, cap=cap, steps=int(steps), seed=int(seed))
+
+    def describe(self, settings: dict) -> str:
+        condition, steps = settings["condition"], settings["steps"]
+        cap_note = "" if "attn_softcap" in LAB_CONDITIONS[condition] else " (the cap only matters for the soft-cap run)"
+        return (f"{condition}, lr {settings['lr']:.3g}, {steps} steps, seed {settings['seed']}{cap_note}: about "
+                f"{steps * self._step_s:.0f} s on this machine. Press Train.")
 
     def clear(self) -> None:
         """Remove every run's traces (not while one is training)."""
         if self.runner.running:
-            self.estimate.value = message_html("A run is going: press Stop first.")
+            self.message.value = message_html("A run is going: press Stop first.")
             return
-        self.results.clear()
+        self._forget_runs()
+
+    def _forget_runs(self) -> None:
+        self.runs.clear()
+        self._traces.clear()
+        self.result = None
         self.fig.data = ()
 
-    def run(self, background: bool = True) -> bool:
-        """Train one run with the current settings, drawing live; False (with a message) if it cannot start."""
-        try:
-            settings = self._check(**self.panel.values())
-        except ValueError as exc:
-            self.estimate.value = message_html(str(exc))
-            return False
-        if self.runner.running:
-            return self.runner.start(lambda *_: None)  # refused, with the runner's message
-        if len(self.fig.data) // 2 >= self.MAX_RUNS:
-            self.clear()
+    def _add_run(self, settings: dict) -> tuple:
+        """Two empty traces for a new run, styled by its condition and its place among the runs drawn."""
         capped = "attn_softcap" in LAB_CONDITIONS[settings["condition"]]
-        label = f"{settings['condition']}" + (f" at {settings['cap']:g}" if capped else "") + f", lr {settings['lr']:.3g}"
-        index = len(self.fig.data) // 2  # two traces per run; a failed run keeps its (empty) traces
-        style = _run_style(settings["condition"], index)
+        label = settings["condition"] + (f" at {settings['cap']:g}" if capped else "") + f", lr {settings['lr']:.3g}"
+        group = str(len(self._traces))
+        style = _run_style(settings["condition"], len(self._traces))
         for col in (1, 2):
-            self.fig.add_scatter(mode="lines", name=f"{label}, seed {settings['seed']}", legendgroup=str(index),
+            self.fig.add_scatter(mode="lines", name=f"{label}, seed {settings['seed']}", legendgroup=group,
                                  showlegend=col == 1, line=dict(color=style["color"], dash=style["dash"]),
                                  row=1, col=col)
+        self._traces.append(_run_traces(self.fig, group))
+        return self._traces[-1]
 
-        def job(should_stop, progress):
-            model = make_model(settings["condition"], settings["seed"], settings["cap"])
-            steps = settings["steps"]
+    def train(self, settings: dict, should_stop, progress) -> dict:
+        if len(self._traces) >= self.MAX_RUNS:
+            self._forget_runs()
+        traces = self._add_run(settings)
+        model = make_model(settings["condition"], settings["seed"], settings["cap"])
+        steps = settings["steps"]
 
-            def report(step, h):
-                progress(step + 1, steps, f"step {step + 1}/{steps}, loss {h.loss[-1]:.3f}, "
-                                          f"largest logit {h.max_logit[-1]:.3g}")
-            history = train_copy_task(
-                model, steps=steps, lr=settings["lr"], warmup=RECIPE["warmup"], batch_size=RECIPE["batch_size"],
-                n_tokens=RECIPE["n_tokens"], vocab_size=RECIPE["vocab_size"], seed=settings["seed"],
-                betas=RECIPE["betas"], weight_decay=RECIPE["weight_decay"],
-                callback=live_callback(self.fig, index, every=20, on_step=report), should_stop=should_stop)
-            draw_history(self.fig, index, history)
-            return {**settings, "history": history, "model": model}
-
-        started = self.runner.start(job, self.results.append, background=background)
-        if not background and self.runner.error:
-            self.estimate.value = message_html(f"The run failed: {self.runner.error}", "error")
-        return started
-
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.panel.widget)
+        def callback(step, h):
+            progress(step + 1, steps, f"step {step + 1}/{steps}, loss {h.loss[-1]:.3f}, "
+                                      f"largest logit {h.max_logit[-1]:.3g}")
+            if step % 20 == 19:
+                _draw_run(self.fig, traces, h)
+        history = train_with_recipe(model, settings["seed"], steps, settings["lr"], callback, should_stop)
+        _draw_run(self.fig, traces, history)
+        self.runs.append({**settings, "history": history, "model": model})
+        return self.runs[-1]
 
 
-@register_panel("06_qk_norm_and_softcapping")
-def training_panel() -> Panel:
+@register_panel()
+def training_panel() -> TrainingLab:
     """The rerun panel's controls (the benchmark times the settings check; training starts only on Train)."""
-    return TrainingLab().panel
-
-
-# ------------------------------------------------------------------------------------------------------ checkers
-def check_softcap(fn) -> CheckReport:
-    """Check fn(x, cap) -> cap * tanh(x / cap), elementwise, against the course's softcap."""
-    report = CheckReport("softcap")
-    g = torch.Generator().manual_seed(6)
-    x = torch.randn(4, 7, generator=g) * 40
-    cases = [("logits around the cap, cap 30", x, 30.0, 1e-4, False),
-             ("small logits, cap 50 (almost the identity)", torch.randn(10, generator=g), 50.0, 1e-5, False),
-             ("huge logits (1e6), cap 50: no overflow, no nan", torch.tensor([-1e6, -60.0, 0.0, 60.0, 1e6]), 50.0,
-              1e-4, False),
-             ("a small cap, 2.5", x, 2.5, 1e-5, False),
-             ("float64", x.double(), 30.0, 1e-10, False),
-             ("gradients through autograd", x.double(), 30.0, 1e-8, True)]
-    for name, inputs, cap, tol, grad in cases:
-        report.cases.append(run_case(name, lambda t, cap=cap: fn(t, cap), lambda t, cap=cap: softcap(t, cap),
-                                      [inputs], tol, grad))
-    return report
-
-
-def _qk_reference(q: Tensor, k: Tensor, weight_q: Tensor, weight_k: Tensor, eps: float) -> Tensor:
-    d = q.shape[-1]
-    return F.rms_norm(q, (d,), weight_q, eps) @ F.rms_norm(k, (d,), weight_k, eps).transpose(-2, -1) / math.sqrt(d)
-
-
-def check_qk_norm_logits(fn) -> CheckReport:
-    """Check fn(q, k, weight_q, weight_k, eps) -> RMSNorm(q) RMSNorm(k)^T / sqrt(d_head), normalizing over d_head."""
-    report = CheckReport("QK-norm attention logits")
-    g = torch.Generator().manual_seed(60)
-
-    def gains(d, dtype=torch.float32):
-        return [torch.rand(d, generator=g, dtype=dtype) + 0.5, torch.rand(d, generator=g, dtype=dtype) + 0.5]
-
-    q, k = torch.randn(2, 3, 5, 8, generator=g), torch.randn(2, 3, 5, 8, generator=g)
-    cases = [("one head, 4 tokens, d_head 8", [torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g),
-                                               *gains(8)], 1e-6, 1e-5, False),
-             ("(batch 2, heads 3, tokens 5, d_head 8)", [q, k, *gains(8)], 1e-6, 1e-5, False),
-             ("3 queries, 6 keys", [torch.randn(3, 8, generator=g), torch.randn(6, 8, generator=g), *gains(8)],
-              1e-6, 1e-5, False),
-             ("q and k scaled by 1000: the logits must not change", [q * 1000, k * 1000, *gains(8)], 1e-6, 1e-4,
-              False),
-             ("tiny q and k (1e-4), eps = 1e-6 matters", [q * 1e-4, k * 1e-4, *gains(8)], 1e-6, 1e-4, False),
-             ("float64", [q.double(), k.double(), *gains(8, torch.float64)], 1e-6, 1e-10, False),
-             ("gradients through autograd", [q.double(), k.double(), *gains(8, torch.float64)], 1e-6, 1e-8, True)]
-    for name, inputs, eps, tol, grad in cases:
-        report.cases.append(run_case(name, lambda a, b, wq, wk, eps=eps: fn(a, b, wq, wk, eps),
-                                      lambda a, b, wq, wk, eps=eps: _qk_reference(a, b, wq, wk, eps),
-                                      inputs, tol, grad))
-    return report
+    return TrainingLab()

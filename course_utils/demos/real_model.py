@@ -1,35 +1,35 @@
 """Notebook 08 (a real model): figures of what the LayerNorms of all-MiniLM-L6-v2 do on the course's sentences, a
-LayerNorm inspector and the intervention panel. Everything starts from `real_model.baseline()`, one cached run of the
-unmodified model; the intervention panel reruns only the blocks from the first edited one onwards."""
+LayerNorm inspector and the intervention panel. Everything starts from `minilm.baseline()`, one cached run of the
+unmodified model; the intervention panel reruns only the blocks from the first edited one onwards. The notebook's own
+functions (outlier_dims, rms_instead, zeroed) are passed in: build_panel hands them over from its `lesson` cells."""
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
-from plotly.subplots import make_subplots
 from torch import Tensor
 
-from ..figures import PALETTE, LiveFigure, color, live_figure
+from ..figures import color, live_figure, live_subplots, static_figure, static_subplots
 from ..panel import Panel, register_panel
-from ..real_model import (INTERVENTIONS, SUBLAYERS, Baseline, baseline, damage, intervened_embeddings, layer_norms,
-                          outlier_dims)
+from ..minilm import NORM_SITES, Baseline, baseline, damage, intervened_embeddings, layer_norms
 
-__all__ = ["norm_statistics_figure", "stream_norm_figure", "gamma_beta_figure", "outlier_figure",
+__all__ = ["INTERVENTIONS", "norm_statistics_figure", "stream_norm_figure", "gamma_beta_figure", "outlier_figure",
            "damage_figure", "attention_logit_figure", "layernorm_inspector_panel", "intervention_panel",
            "outlier_set"]
 
-_LAYOUT = dict(template="plotly_white", colorway=PALETTE, margin=dict(l=60, r=20, t=60, b=50),
-               legend=dict(orientation="h", y=-0.25))
+INTERVENTIONS = {"rms": "RMSNorm: no re-centering (keeps γ, β)", "remove": "remove the LayerNorm",
+                 "pre": "rewire the sublayer to Pre-LN", "zero": "zero γ, β at the outlier dimensions"}
+
 # For figures whose x labels are rotated LayerNorm names: room below for the labels, the axis title and the legend.
-_BELOW_ROTATED = dict(template="plotly_white", colorway=PALETTE, margin=dict(l=60, r=20, t=70, b=190),
-                      legend=dict(orientation="h", y=-0.62, yanchor="top"))
+_BELOW_ROTATED = dict(margin=dict(t=70, b=190), legend=dict(y=-0.62, yanchor="top"))
 
 
-def outlier_set(base: Baseline) -> list[int]:
-    """The union of both views of outlier_dims: loud in the stream, or odd in γ/β."""
-    loud, odd = outlier_dims(base)
+def outlier_set(base: Baseline, outlier_dims: Callable) -> list[int]:
+    """The union of both views of the notebook's outlier_dims: loud in the stream, or odd in γ/β."""
+    loud, odd = outlier_dims(base.hidden, base.mask, layer_norms(base.model))
     return sorted(set(loud) | set(odd))
 
 
@@ -44,8 +44,11 @@ def _per_token(base: Baseline) -> dict[str, tuple[Tensor, Tensor]]:
 
 def norm_statistics_figure(base: Baseline) -> go.Figure:
     """Two panels over the 13 LayerNorms: the per-token mean μ each removes and the σ each divides by."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("mean μ of each token (subtracted)",
-                                                        "standard deviation σ of each token (divided by)"))
+    n_tokens = int(base.mask.sum())
+    fig = static_subplots(1, 2, f"What each LayerNorm removes, per token ({n_tokens} real tokens of "
+                                f"{len(base.pairs.sentences)} sentences)", height=520, **_BELOW_ROTATED,
+                          subplot_titles=("mean μ of each token (subtracted)",
+                                          "standard deviation σ of each token (divided by)"))
     for name, (mu, sd) in _per_token(base).items():
         c = color(0 if name == "embeddings" else (1 if "attention" in name else 2))
         fig.add_box(y=mu.tolist(), name=name, marker_color=c, showlegend=False, boxpoints="outliers", row=1, col=1)
@@ -54,9 +57,6 @@ def norm_statistics_figure(base: Baseline) -> go.Figure:
                                     ("after the FFN (norm2)", 2)]):
         fig.add_scatter(x=[None], y=[None], mode="markers", marker=dict(color=color(c), symbol="square", size=10),
                         name=label)
-    n_tokens = int(base.mask.sum())
-    fig.update_layout(title=f"What each LayerNorm removes, per token ({n_tokens} real tokens of "
-                            f"{len(base.pairs.sentences)} sentences)", height=520, **_BELOW_ROTATED)
     fig.update_yaxes(title_text="μ (activation units)", row=1, col=1)
     fig.update_yaxes(title_text="σ (activation units, log scale)", type="log", row=1, col=2)
     fig.update_xaxes(title_text="LayerNorm (in forward order)", tickangle=-60)
@@ -65,9 +65,9 @@ def norm_statistics_figure(base: Baseline) -> go.Figure:
 
 def stream_norm_figure(base: Baseline) -> go.Figure:
     """Median (and largest) per-token L2 norm entering each LayerNorm and leaving it."""
-    fig = live_figure("The residual stream's size: entering each LayerNorm and leaving it",
-                      "LayerNorm (in forward order)",
-                      "per-token L2 norm (log scale)", log_y=True, height=400, widget=False)
+    fig = static_figure("The residual stream's size: entering each LayerNorm and leaving it",
+                        "LayerNorm (in forward order)", "per-token L2 norm (log scale)", log_y=True, height=470,
+                        margin=_BELOW_ROTATED["margin"], legend=dict(y=-0.55, yanchor="top"))
     names = list(base.norm_in)
     norms = layer_norms(base.model)
     before = [base.norm_in[n][base.mask].norm(dim=-1) for n in names]
@@ -79,7 +79,6 @@ def stream_norm_figure(base: Baseline) -> go.Figure:
         fig.add_scatter(x=names, y=[float(v.max()) for v in values], mode="markers", name=f"{label}, largest token",
                         marker=dict(color=color(c), symbol="triangle-up", size=9))
     fig.update_xaxes(tickangle=-60)
-    fig.update_layout(height=470, margin=_BELOW_ROTATED["margin"], legend=dict(orientation="h", y=-0.55, yanchor="top"))
     return fig
 
 
@@ -89,7 +88,9 @@ def gamma_beta_figure(base: Baseline, dims: list[int]) -> go.Figure:
     names = list(norms)
     gammas = torch.stack([n.weight for n in norms.values()])
     betas = torch.stack([n.bias for n in norms.values()])
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1)
+    fig = static_subplots(2, 1, "The learned γ (top, starts at 1) and β (bottom, starts at 0) of all 13 LayerNorms",
+                          height=660, margin=dict(t=60), legend=dict(y=-0.12), shared_xaxes=True,
+                          vertical_spacing=0.1)
     fig.add_heatmap(z=gammas.tolist(), y=names, colorscale="Cividis", colorbar=dict(title="γ", y=0.78, len=0.45),
                     name="γ", row=1, col=1)
     lim = float(betas.abs().max())
@@ -101,23 +102,19 @@ def gamma_beta_figure(base: Baseline, dims: list[int]) -> go.Figure:
                                font=dict(color=color(7), size=13))
     fig.add_scatter(x=[None], y=[None], mode="markers", marker=dict(symbol="triangle-down", size=11, color=color(7)),
                     name=f"outlier dimensions {dims}")
-    fig.update_layout(title="The learned γ (top, starts at 1) and β (bottom, starts at 0) of all 13 LayerNorms",
-                      height=660, **_LAYOUT)
-    fig.update_layout(legend=dict(orientation="h", y=-0.12))
     fig.update_xaxes(title_text="feature index (0-383)", row=2, col=1)
     fig.update_yaxes(title_text="γ: LayerNorm", autorange="reversed", row=1, col=1)
     fig.update_yaxes(title_text="β: LayerNorm", autorange="reversed", row=2, col=1)
     return fig
 
 
-def outlier_figure(base: Baseline) -> go.Figure:
-    """Heatmap of each feature's mean |value| over real tokens, relative to the median feature, per hidden state."""
-    mean_abs = torch.stack([h[base.mask].abs().mean(0) for h in base.hidden])
-    ratio = mean_abs / mean_abs.median(dim=1, keepdim=True).values
-    labels = ["embeddings"] + [f"after L{i}" for i in range(1, len(base.hidden))]
-    fig = live_figure("Outlier dimensions: mean |value| of each feature ÷ that of the median feature",
-                      "feature index (0-383)", "hidden state (stream between blocks)", height=380, widget=False)
-    fig.add_heatmap(z=ratio.tolist(), y=labels, colorscale="Cividis", zmin=0, zmax=8,
+def outlier_figure(loudness: Tensor) -> go.Figure:
+    """Heatmap of the notebook's feature_loudness (hidden states, d): each feature's mean |value| over real tokens,
+    relative to the median feature's."""
+    labels = ["embeddings"] + [f"after L{i}" for i in range(1, len(loudness))]
+    fig = static_figure("Outlier dimensions: mean |value| of each feature ÷ that of the median feature",
+                        "feature index (0-383)", "hidden state (stream between blocks)", height=380)
+    fig.add_heatmap(z=loudness.tolist(), y=labels, colorscale="Cividis", zmin=0, zmax=8,
                     colorbar=dict(title="× median"), name="mean |value| ÷ median")
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(showlegend=False)
@@ -127,8 +124,8 @@ def outlier_figure(base: Baseline) -> go.Figure:
 def damage_figure(table: dict[tuple[str, str], float], rows: list[str], columns: list[str]) -> go.Figure:
     """Heatmap of the mean cosine (original vs changed embedding) per (where, intervention), written in each cell."""
     z = [[table[(r, c)] for c in columns] for r in rows]
-    fig = live_figure("Damage: mean cosine between original and changed sentence embeddings (1 = unharmed)",
-                      "intervention (on both LayerNorms of the block)", "where", height=420, widget=False)
+    fig = static_figure("Damage: mean cosine between original and changed sentence embeddings (1 = unharmed)",
+                        "intervention (on both LayerNorms of the block)", "where", height=420)
     fig.add_heatmap(z=z, x=[INTERVENTIONS[c] for c in columns], y=rows, zmin=-0.2, zmax=1, colorscale="Cividis",
                     text=[[f"{v:.3f}" for v in row] for row in z], texttemplate="%{text}",
                     colorbar=dict(title="cosine"), name="mean cosine")
@@ -139,8 +136,8 @@ def damage_figure(table: dict[tuple[str, str], float], rows: list[str], columns:
 
 def attention_logit_figure(logits: list[Tensor], cap: float = 50.0) -> go.Figure:
     """Largest |attention logit| of each head per layer, the layer's 1-99% range, and Gemma 2's soft-cap for scale."""
-    fig = live_figure("Attention logits q·k/√d_head in the trained model, per layer (real tokens only)",
-                      "layer", "attention logit", height=400, widget=False)
+    fig = static_figure("Attention logits q·k/√d_head in the trained model, per layer (real tokens only)",
+                        "layer", "attention logit", height=400)
     layers = [f"L{i}" for i in range(1, len(logits) + 1)]
     for h in range(logits[0].shape[0]):
         fig.add_scatter(x=layers, y=[float(s[h].abs().max()) for s in logits], mode="markers",
@@ -155,28 +152,29 @@ def attention_logit_figure(logits: list[Tensor], cap: float = 50.0) -> go.Figure
     return fig
 
 
-@register_panel("08_real_model")
-def layernorm_inspector_panel() -> Panel:
-    """Pick a LayerNorm, a sentence and a token: the token entering and leaving the norm, and the norm's γ and β."""
+@register_panel()
+def layernorm_inspector_panel(outlier_dims: Callable) -> Panel:
+    """Pick a LayerNorm, a sentence and a token: the token entering and leaving the norm, and the norm's γ and β, with
+    the outlier dimensions the notebook's outlier_dims finds marked."""
     base = baseline()
     norms = layer_norms(base.model)
-    dims = outlier_set(base)
+    dims = outlier_set(base, outlier_dims)
     lengths = base.mask.sum(1).tolist()
     features = list(range(base.hidden[0].shape[-1]))
     # Two rows with their own scales: a spike entering the norm would flatten everything leaving it.
-    fig_token = LiveFigure(make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12))
-    fig_token.update_layout(title="One token entering and leaving a LayerNorm", height=460, **_LAYOUT)
-    fig_token.add_bar(name="entering: the residual sum x", marker_color=color(1), row=1, col=1)
-    fig_token.add_bar(name="leaving: γ ⊙ (x − μ)/σ + β", marker_color=color(0), row=2, col=1)
+    fig_token = live_subplots(2, 1, "One token entering and leaving a LayerNorm", height=460, margin=dict(t=60),
+                              shared_xaxes=True, vertical_spacing=0.12)
+    entering = fig_token.add_bar(name="entering: the residual sum x", marker_color=color(1), row=1, col=1).data[-1]
+    leaving = fig_token.add_bar(name="leaving: γ ⊙ (x − μ)/σ + β", marker_color=color(0), row=2, col=1).data[-1]
     fig_token.update_yaxes(title_text="entering (activation units)", row=1, col=1)
     fig_token.update_yaxes(title_text="leaving (activation units)", row=2, col=1)
     fig_token.update_xaxes(title_text="feature index (0-383)", row=2, col=1)
     fig_params = live_figure("This LayerNorm's learned γ and β", "feature index (0-383)", "parameter value",
                              height=320)
-    fig_params.add_scatter(name="γ (scale)", mode="lines", line=dict(color=color(2)))
-    fig_params.add_scatter(name="β (shift)", mode="lines", line=dict(color=color(3)))
-    fig_params.add_scatter(name="γ at the outlier dimensions", mode="markers",
-                           marker=dict(color=color(7), size=9, symbol="x"))
+    gamma_line = fig_params.add_scatter(name="γ (scale)", mode="lines", line=dict(color=color(2))).data[-1]
+    beta_line = fig_params.add_scatter(name="β (shift)", mode="lines", line=dict(color=color(3))).data[-1]
+    outlier_marks = fig_params.add_scatter(name="γ at the outlier dimensions", mode="markers",
+                                           marker=dict(color=color(7), size=9, symbol="x")).data[-1]
     readout = widgets.HTML()
     controls = {
         "norm": widgets.Dropdown(options=list(norms), value="L1 FFN", description="LayerNorm"),
@@ -205,16 +203,16 @@ def layernorm_inspector_panel() -> Panel:
         mu, sd = float(x.mean()), float(x.std(unbiased=False))
         word = base.batch.tokens[sentence][token]
         with fig_token.batch_update():
-            fig_token.data[0].x = fig_token.data[1].x = features
-            fig_token.data[0].y = x.tolist()
-            fig_token.data[1].y = y.tolist()
+            entering.x = leaving.x = features
+            entering.y = x.tolist()
+            leaving.y = y.tolist()
             fig_token.layout.title.text = f"Token {word!r} of sentence {sentence + 1} entering and leaving {norm}"
         with fig_params.batch_update():
-            fig_params.data[0].x = fig_params.data[1].x = features
-            fig_params.data[0].y = ln.weight.tolist()
-            fig_params.data[1].y = ln.bias.tolist()
-            fig_params.data[2].x = dims
-            fig_params.data[2].y = ln.weight[dims].tolist()
+            gamma_line.x = beta_line.x = features
+            gamma_line.y = ln.weight.tolist()
+            beta_line.y = ln.bias.tolist()
+            outlier_marks.x = dims
+            outlier_marks.y = ln.weight[dims].tolist()
             fig_params.layout.title.text = f"{norm}: learned γ and β"
         top = int(x.abs().argmax())
         readout.value = (f"token <b>{html.escape(word)}</b>: μ = {mu:.3f}, σ = {sd:.3f}, "
@@ -227,11 +225,13 @@ def layernorm_inspector_panel() -> Panel:
                  title="Inside one LayerNorm: pick a norm, a sentence and a token")
 
 
-@register_panel("08_real_model")
-def intervention_panel() -> Panel:
-    """Change one block's LayerNorm(s), or every block's, and see how far the sentence embeddings move."""
+@register_panel()
+def intervention_panel(rms_instead: Callable, zeroed: Callable, outlier_dims: Callable) -> Panel:
+    """Change one block's LayerNorm(s), or every block's, and see how far the sentence embeddings move; the RMSNorm
+    swap and the zeroing are the notebook's rms_instead and zeroed, at the dimensions its outlier_dims finds."""
     base = baseline()
-    dims = outlier_set(base)
+    dims = outlier_set(base, outlier_dims)
+    changes = {"rms": rms_instead, "remove": "remove", "pre": "pre", "zero": lambda ln: zeroed(ln, dims)}
     n_layers = len(base.model.blocks)
     sentences = base.pairs.sentences
     labels = [f"S{i + 1}" for i in range(len(sentences))]
@@ -239,24 +239,26 @@ def intervention_panel() -> Panel:
     sim0, unrel0, gap0, ranked0 = clean.similar.tolist(), clean.unrelated.tolist(), clean.gap, clean.ranked
     fig_cos = live_figure("How far each sentence's embedding moved", "sentence",
                           "cosine(original, changed)", height=340)
-    fig_cos.add_bar(x=labels, y=[1.0] * len(labels), hovertext=sentences, marker_color=color(0), showlegend=True,
-                    name="cosine between the sentence's original and changed embedding (1 = unmoved)")
+    moved = fig_cos.add_bar(x=labels, y=[1.0] * len(labels), hovertext=sentences, marker_color=color(0),
+                            showlegend=True,
+                            name="cosine between the sentence's original and changed embedding (1 = unmoved)").data[-1]
     fig_cos.update_yaxes(range=[-0.3, 1.05])
     fig_pairs = live_figure("Similar vs unrelated pairs: cosine before (x) and after (y) the change",
                             "cosine of the pair, original model", "cosine of the pair, changed model", height=380)
     fig_pairs.add_scatter(x=[-0.3, 1], y=[-0.3, 1], mode="lines", line=dict(color="#999999", dash="dot"),
                           name="unchanged (y = x)")
-    fig_pairs.add_scatter(x=sim0, y=sim0, mode="markers", marker=dict(color=color(2), size=10),
-                          name="similar pairs")
-    fig_pairs.add_scatter(x=unrel0, y=unrel0, mode="markers", marker=dict(color=color(1), size=10, symbol="diamond"),
-                          name="unrelated pairs")
+    similar = fig_pairs.add_scatter(x=sim0, y=sim0, mode="markers", marker=dict(color=color(2), size=10),
+                                    name="similar pairs").data[-1]
+    unrelated = fig_pairs.add_scatter(x=unrel0, y=unrel0, mode="markers",
+                                      marker=dict(color=color(1), size=10, symbol="diamond"),
+                                      name="unrelated pairs").data[-1]
     fig_pairs.update_xaxes(range=[-0.3, 1.02])
     fig_pairs.update_yaxes(range=[-0.3, 1.02])
     readout = widgets.HTML()
     controls = {
         "layer": widgets.Dropdown(options=[(f"L{i}", i) for i in range(1, n_layers + 1)] + [("all six", 0)],
                                   value=4, description="block"),
-        "sublayers": widgets.Dropdown(options=[(v, k) for k, v in SUBLAYERS.items()], value="both",
+        "sublayers": widgets.Dropdown(options=[(v, k) for k, v in NORM_SITES.items()], value="both",
                                       description="LayerNorm"),
         "intervention": widgets.Dropdown(options=[(v, k) for k, v in INTERVENTIONS.items()], value="rms",
                                          description="change", layout=widgets.Layout(width="380px")),
@@ -265,16 +267,18 @@ def intervention_panel() -> Panel:
     def update(layer: int, sublayers: str, intervention: str) -> None:
         if not (isinstance(layer, int) and 0 <= layer <= n_layers):
             raise ValueError(f"choose a block from L1 to L{n_layers}, or all six")
+        if intervention not in changes:
+            raise ValueError(f"intervention must be one of {list(changes)}, got {intervention!r}")
         layers = list(range(1, n_layers + 1)) if layer == 0 else [layer]
-        changed = intervened_embeddings(base, layers, intervention, sublayers, dims)
+        changed = intervened_embeddings(base, layers, changes[intervention], sublayers)
         d = damage(base, changed)
         with fig_cos.batch_update():
-            fig_cos.data[0].y = d.cos.tolist()
+            moved.y = d.cos.tolist()
         with fig_pairs.batch_update():
-            fig_pairs.data[1].y = d.similar.tolist()
-            fig_pairs.data[2].y = d.unrelated.tolist()
+            similar.y = d.similar.tolist()
+            unrelated.y = d.unrelated.tolist()
         where = "every block" if layer == 0 else f"block L{layer}"
-        readout.value = (f"<b>{html.escape(INTERVENTIONS[intervention])}</b>, {html.escape(SUBLAYERS[sublayers])}, "
+        readout.value = (f"<b>{html.escape(INTERVENTIONS[intervention])}</b>, {html.escape(NORM_SITES[sublayers])}, "
                          f"{where}: mean cosine to the original embeddings <b>{float(d.cos.mean()):.4f}</b> "
                          f"(worst {float(d.cos.min()):.4f}) &nbsp;|&nbsp; similar − unrelated gap {gap0:.3f} → "
                          f"<b>{d.gap:.3f}</b>, pairs ranked right {ranked0:.0%} → <b>{d.ranked:.0%}</b>")

@@ -2,13 +2,13 @@
 brings any notebook's checkpoint quiz into this kernel so score_summary() can count it."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from ..figures import color, live_figure
+from ..course import NOTEBOOKS
+from ..figures import color, static_figure
 from ..panel import Panel, register_panel
 from ..quiz import load_quiz, parse_ref, quiz_names, reveal
 
@@ -65,8 +65,9 @@ def chain_figure() -> go.Figure:
         notes.append(dict(x=x1, y=y1, ax=x0, ay=y0, xref="x", yref="y", axref="x", ayref="y", text="",
                           showarrow=True, arrowhead=2, arrowsize=1.2, arrowwidth=2, arrowcolor=colour))
 
-    fig = live_figure("The chain of problems: what each chapter of Part II solved, and what it left for the next",
-                      "", "", height=520, widget=False)
+    fig = static_figure("The chain of problems: what each chapter of Part II solved, and what it left for the next",
+                        "", "", height=520, margin=dict(l=10, r=10, b=30),
+                        legend=dict(y=-0.02, x=0.5, xanchor="center"))
     hover_x, hover_y, hover_text = [], [], []
     for i, link in enumerate(CHAIN):
         centre = 13.0 + gap * i
@@ -98,9 +99,7 @@ def chain_figure() -> go.Figure:
                         marker=dict(symbol="square", size=14, color=fill, line=dict(color=edge, width=2)))
     fig.add_scatter(x=[None], y=[None], mode="lines", line=dict(color=color(3), width=2),
                     name="leads to the next chapter's problem")
-    fig.update_layout(shapes=shapes, annotations=notes, legend=dict(orientation="h", y=-0.02, x=0.5,
-                                                                     xanchor="center"),
-                      margin=dict(l=10, r=10, t=50, b=30))
+    fig.update_layout(shapes=shapes, annotations=notes)
     fig.update_xaxes(range=[0, 100], visible=False, fixedrange=True)
     fig.update_yaxes(range=[2, 100], visible=False, fixedrange=True)
     return fig
@@ -126,11 +125,11 @@ def reveal_button(ref: str) -> widgets.VBox:
 
 
 def checkpoint_names() -> list[str]:
-    """The per-notebook checkpoint quizzes (named NN_topic) other than this notebook's own."""
-    return [n for n in quiz_names() if re.fullmatch(r"\d\d_\w+", n) and n != "07_review"]
+    """Every other notebook's checkpoint quiz (the quiz named after it in the course manifest), in course order."""
+    return [nb.id for nb in NOTEBOOKS if nb.id != "07_review" and nb.id in nb.quizzes and nb.id in quiz_names()]
 
 
-@register_panel("07_review")
+@register_panel()
 def checkpoint_picker() -> Panel:
     """Pick a notebook's checkpoint quiz and answer it here; each quiz's widgets are built once and kept."""
     names = checkpoint_names()

@@ -21,12 +21,12 @@ def shifted_token(shift: float, scale: float, d: int = 16, seed: int = 0) -> tup
     return moved, layer_norm(moved)
 
 
-@register_panel("00_start_here")
+@register_panel()
 def first_slider_panel(d: int = 16) -> Panel:
     """Sliders for shift and scale driving two bar traces: the token as given, and after LayerNorm."""
     fig = live_figure("One token before and after LayerNorm", "feature index k", "value", height=340)
-    fig.add_bar(name="input x (moved)", marker_color=color(0))
-    fig.add_bar(name="LayerNorm(x)", marker_color=color(1))
+    moved_bars = fig.add_bar(name="input x (moved)", marker_color=color(0)).data[-1]
+    normed_bars = fig.add_bar(name="LayerNorm(x)", marker_color=color(1)).data[-1]
     controls = {
         "shift": widgets.FloatSlider(value=0.0, min=-20.0, max=20.0, step=0.5, description="shift b"),
         "scale": widgets.FloatSlider(value=1.0, min=0.1, max=10.0, step=0.1, description="scale a"),
@@ -36,9 +36,9 @@ def first_slider_panel(d: int = 16) -> Panel:
     def update(shift: float, scale: float) -> None:
         moved, normed = shifted_token(shift, scale, d)
         with fig.batch_update():
-            fig.data[0].x = fig.data[1].x = list(range(d))
-            fig.data[0].y = moved.tolist()
-            fig.data[1].y = normed.tolist()
+            moved_bars.x = normed_bars.x = list(range(d))
+            moved_bars.y = moved.tolist()
+            normed_bars.y = normed.tolist()
         readout.value = (f"input mean {moved.mean():.2f}, std {moved.std(unbiased=False):.2f} &nbsp;|&nbsp; "
                          f"output mean {normed.mean():.2f}, std {normed.std(unbiased=False):.2f}")
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .assignment import Assignment
-from .model import Question, Result, _plain
+from .model import Result, _plain
 from .source import CODE, Submission, read_notebook
 from .students import Entry, Roster, Student, printable
 

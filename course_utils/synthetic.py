@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["SEP", "copy_task_batch", "padded_batch", "random_lengths"]
+__all__ = ["SEP", "copy_task_batch", "padded_batch"]
 
 SEP = 0  # separator token of the copy task; payload tokens are 1 .. vocab_size - 1
 
@@ -25,14 +25,6 @@ def copy_task_batch(batch_size: int, n_tokens: int = 12, vocab_size: int = 16,
     loss_mask = torch.zeros_like(targets, dtype=torch.bool)
     loss_mask[:, n_tokens:] = True
     return idx, targets, loss_mask
-
-
-def random_lengths(batch_size: int, max_len: int, min_len: int = 1,
-                   generator: torch.Generator | None = None) -> Tensor:
-    """Sequence lengths drawn uniformly from [min_len, max_len]."""
-    if not 1 <= min_len <= max_len:
-        raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
-    return torch.randint(min_len, max_len + 1, (batch_size,), generator=generator)
 
 
 def padded_batch(lengths: Tensor | list[int], d_model: int, generator: torch.Generator | None = None,
