@@ -138,6 +138,22 @@ def _code_cells(page, name: str) -> list[dict]:
     return cells
 
 
+def _until(condition, timeout_s: float) -> bool:
+    """Poll condition() every 0.1 s until it holds (True) or timeout_s passes (False): no fixed sleeps to wait out."""
+    deadline = time.time() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+
+
+def _titles(page) -> list[str]:
+    return page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+        .map(p => (p.querySelector('.gtitle') || {}).textContent || '')""")
+
+
 def _run_all_and_wait(page, name: str, timeout_s: float, cell_timeout_s: float) -> tuple[list[str], str]:
     """Run every cell; wait until no cell is pending, an error stops the run, the notebook runs past timeout_s, or
     one cell runs past cell_timeout_s (nbval's --nbval-cell-timeout). Returns the input prompts' texts, and why it
@@ -148,7 +164,7 @@ def _run_all_and_wait(page, name: str, timeout_s: float, cell_timeout_s: float) 
     running, running_since = -1, started
     prompts: list[str] = []
     while time.time() < started + timeout_s:
-        time.sleep(1.0)
+        time.sleep(0.25)
         prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
         pending = [i for i, p in enumerate(prompts) if "*" in p]
         busy = page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count()
@@ -200,14 +216,14 @@ def test_notebook_in_a_real_browser(lab, browser, path, request):
             f"{path.name}: not every cell ran (code cells {unrun} did not): {prompts}"
 
         # Widgets rendered as widgets (not as text, not as an error), and plotly figures drawn.
-        page.wait_for_timeout(1500)
+        _until(lambda: "Loading widget..." not in " ".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+               and all(t.strip() for t in _titles(page)), timeout_s=15)  # then the checks below say what is wrong
         outputs = " ".join(page.locator(".jp-OutputArea-output").all_inner_texts())
         for bad in ("Error displaying widget", "Loading widget...", "FigureWidget({", "Panel(controls"):
             assert bad not in outputs, f"{path.name}: a widget did not render ({bad!r})"
         assert page.locator(".jupyter-widgets").count() > 0, f"{path.name}: no widget area rendered"
         plots = page.locator(".js-plotly-plot")
-        titles = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
-            .map(p => (p.querySelector('.gtitle') || {}).textContent || '')""")
+        titles = _titles(page)
         blank = [i for i, t in enumerate(titles) if not t.strip()]
         for i in blank:
             plots.nth(i).screenshot(path=str(ARTIFACTS / f"{path.stem}-blank-plot-{i}.png"))
@@ -215,7 +231,15 @@ def test_notebook_in_a_real_browser(lab, browser, path, request):
         sliders = page.locator(".widget-slider .noUi-handle, .widget-slider input[type=range]")
         if sliders.count():
             assert plots.count() > 0, f"{path.name}: sliders but no plotly plot rendered"
-            before = _plots_state(page)
+            settled = [_plots_state(page)]  # plots still drawing would look like a slider's effect: wait them out
+
+            def still():
+                time.sleep(0.3)
+                settled.append(_plots_state(page))
+                return settled[-1] == settled[-2]
+
+            _until(still, timeout_s=10)
+            before = settled[-1]
             changed = False
             for i in range(min(sliders.count(), 4)):  # some sliders sit at their maximum; try a few
                 handle = sliders.nth(i)
@@ -224,8 +248,7 @@ def test_notebook_in_a_real_browser(lab, browser, path, request):
                 for key in ("ArrowRight", "ArrowLeft"):  # right first; a slider already at its maximum goes left
                     for _ in range(3 if key == "ArrowRight" else 6):
                         page.keyboard.press(key)
-                    page.wait_for_timeout(1500)
-                    if _plots_state(page) != before:
+                    if _until(lambda: _plots_state(page) != before, timeout_s=3):
                         changed = True
                         break
                 if changed:
@@ -246,9 +269,10 @@ def test_notebook_in_a_real_browser(lab, browser, path, request):
                     first.click()
             check.first.scroll_into_view_if_needed()
             check.first.click()
-            page.wait_for_timeout(1500)
+            feedback = re.compile(r"[Cc]orrect|[Nn]ot quite|[Ii]ncorrect|expected|[Ww]rong|[Tt]ry")
+            _until(lambda: feedback.search(quiz.inner_text()), timeout_s=5)
             text = quiz.inner_text()
-            assert re.search(r"[Cc]orrect|[Nn]ot quite|[Ii]ncorrect|expected|[Ww]rong|[Tt]ry", text), \
+            assert feedback.search(text), \
                 f"{path.name}: pressing Check showed no feedback: {text[:300]}"
 
         page.screenshot(path=str(ARTIFACTS / f"{path.stem}.png"), full_page=True)
