@@ -15,8 +15,8 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 NO_BROWSER = "COURSE_NO_BROWSER"  # set (to anything) to leave the notebooks to nbval on a machine with chromium
 BROWSER_TEST = "test_browser.py"
-# Unit tests that take over ~3 s each on the 2-core course machine (pytest --durations): left out of the fast loop,
-# `pytest -m "not browser and not notebooks and not slow"`. A file name with a test name covers all its parameters.
+# Unit tests that take over ~1.5 s each on the 2-core course machine (pytest --durations): left out of the fast loop,
+# `pytest -n 2 -m "not browser and not notebooks and not slow"`. A file name with a test name covers all parameters.
 SLOW = {
     "test_grading_walk.py::test_the_readme_grading_walk_prints_what_it_shows",  # every grading command, ~10 s
     "test_panel.py::test_every_registered_panel_refreshes_over_its_whole_sweep[init_panel]",  # measures 24 models
@@ -32,6 +32,9 @@ SLOW = {
     "test_source.py::test_many_answer_cells_stop_at_the_budget",
     "test_grade_hostile.py::test_a_zip_bomb_is_not_inflated",
     "test_grade_hostile.py::test_a_whole_hostile_class_finishes_quickly",
+    "test_grade_hostile.py::test_each_hostile_kind_is_reported_in_its_row_and_the_class_is_graded_right",  # 15 kinds
+    "test_demo_class.py::test_filled_notebooks_are_nbformat_4",  # nbformat's schema validation, every notebook
+    "test_demo_class.py::test_the_grading_benchmark_runs_on_a_small_class",  # the benchmark script, a subprocess
     "test_packaging.py::test_a_plain_wheel_carries_the_quizzes_and_data_as_package_data",  # builds a wheel
     "test_panel.py::test_every_registered_panel_refreshes_over_its_whole_sweep[intervention_panel]",  # MiniLM
 }
