@@ -215,10 +215,15 @@ def softcap_panel(softcap_logits: Callable[[Tensor, float], Tensor], top_k: int 
 
 
 # --------------------------------------------------------------------------------------- 3. training at a high lr
-def make_model(condition: str, seed: int, cap: float = GEMMA2_ATTN_CAP, **recipe) -> TinyLM:
-    """The recipe's TinyLM under one of LAB_CONDITIONS (a soft-cap condition uses `cap`)."""
+def _check_condition(condition: str) -> str:
     if condition not in LAB_CONDITIONS:
         raise ValueError(f"condition must be one of {tuple(LAB_CONDITIONS)}, got {condition!r}")
+    return condition
+
+
+def make_model(condition: str, seed: int, cap: float = GEMMA2_ATTN_CAP, **recipe) -> TinyLM:
+    """The recipe's TinyLM under one of LAB_CONDITIONS (a soft-cap condition uses `cap`)."""
+    _check_condition(condition)
     r = {**RECIPE, **recipe}
     options = dict(LAB_CONDITIONS[condition])
     if "attn_softcap" in options:
@@ -374,8 +379,7 @@ class TrainingLab(TrainingDemo):
         self.clear_button.on_click(lambda _b: self.clear())
 
     def settings(self, condition, lr, cap, steps, seed) -> dict:
-        if condition not in LAB_CONDITIONS:
-            raise ValueError(f"condition must be one of {tuple(LAB_CONDITIONS)}, got {condition!r}")
+        _check_condition(condition)
         lr = positive_number(lr, "the learning rate")
         if lr > 1.0:
             raise ValueError(f"a learning rate of {lr:g} is beyond what AdamW can use here: pick at most 1")
