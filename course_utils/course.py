@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["Notebook", "NOTEBOOKS", "notebook", "notebook_ids", "notebook_of_module", "lesson_sources",
-           "lesson_functions", "NOTEBOOK_DIR", "LESSON_TAG"]
+           "lesson_functions", "lesson_parameters", "NOTEBOOK_DIR", "LESSON_TAG"]
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 LESSON_TAG = "lesson"  # a code cell with this tag defines a function the notebook teaches and hands to its panels
@@ -106,3 +106,11 @@ def _run_lessons(notebook_id: str, path: Path, _mtime_ns: int, _size: int) -> di
         defined += [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
         exec(compile(tree, f"{path.name} (lesson cell)", "exec"), namespace)
     return {name: namespace[name] for name in defined}
+
+
+def lesson_parameters(function) -> list[str]:
+    """The lesson functions a panel factory or claim experiment asks for: its parameters without a default, by name."""
+    import inspect
+
+    return [p.name for p in inspect.signature(function).parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

@@ -1,23 +1,30 @@
 """Checkers for the learner's own implementations: hidden inputs, compared with the course's reference, and a report
-that names the first case that fails and by how much. A checker never raises for a wrong or unfinished answer."""
+that names the first case that fails and by how much. A checker never raises for a wrong or unfinished answer, and
+where a wrong answer matches a classic mistake the report names the mistake. tests/test_wrong_answers.py holds, for
+each checker of notebooks 01-04, the plausible wrong answers it must reject and right ones it must pass."""
 from __future__ import annotations
 
+import copy
 import html
 import math
-from collections.abc import Callable
+import numbers
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from . import norms
 from .residual import D_MODEL, MAX_DEPTH, stream_tokens, sublayer_stack
 from .transformer import TransformerBlock, softcap
 
 __all__ = ["CaseResult", "CheckReport", "call_learner", "run_case", "check_layer_norm", "check_rms_norm",
-           "check_masked_batch_stats", "check_post_ln_forward", "depth_scaled_gain", "check_depth_scaled_gain",
-           "check_softcap", "check_qk_norm_logits", "check_mean_pool"]
+           "check_masked_batch_stats", "check_post_ln_forward", "check_deepnorm_forward", "depth_scaled_gain",
+           "check_depth_scaled_gain", "check_softcap", "check_qk_norm_logits", "check_mean_pool"]
 
 
 @dataclass
@@ -27,6 +34,7 @@ class CaseResult:
     passed: bool
     detail: str = ""
     max_error: float = 0.0
+    mistake: str = ""  # the classic mistake the answer matches, when one does
 
 
 @dataclass
@@ -42,6 +50,13 @@ class CheckReport:
     @property
     def first_failure(self) -> CaseResult | None:
         return next((c for c in self.cases if not c.passed), None)
+
+    def case(self, name: str) -> CaseResult:
+        """The case called `name`."""
+        for c in self.cases:
+            if c.name == name:
+                return c
+        raise KeyError(name)
 
     def text(self) -> str:
         n_ok = sum(c.passed for c in self.cases)
@@ -65,6 +80,12 @@ class CheckReport:
 
 
 NOT_DONE = "not implemented yet: replace `raise NotImplementedError` with your code"
+IN_PLACE = "your code changes a tensor in place (x += ..., x.sub_(...), x[...] = ...): write x = x + ... instead"
+BROADCAST = ("the shapes do not line up: reduce with keepdim=True so the statistics broadcast against x, one per "
+             "token")
+FLOAT32_ONLY = ("right to float32 precision only: compute in the input's dtype (no .float(), no float32 tensors "
+                "in between)")
+Mistake = tuple[str, Callable[..., Tensor]]  # (what went wrong, a function like the reference's that does it)
 
 
 def call_learner(name: str, fn: Callable, *args) -> tuple[object, CaseResult | None]:
@@ -74,7 +95,9 @@ def call_learner(name: str, fn: Callable, *args) -> tuple[object, CaseResult | N
     except NotImplementedError:
         return None, CaseResult(name, False, NOT_DONE)
     except Exception as exc:  # the learner's bug, reported rather than raised
-        return None, CaseResult(name, False, f"raised {type(exc).__name__}: {exc}")
+        hint = (f" ({IN_PLACE})" if "in-place operation" in str(exc) else
+                f" ({BROADCAST})" if "must match the size of tensor" in str(exc) else "")
+        return None, CaseResult(name, False, f"raised {type(exc).__name__}: {exc}{hint}")
 
 
 def _compare(name: str, got, want: Tensor, tol: float) -> CaseResult:
@@ -86,20 +109,59 @@ def _compare(name: str, got, want: Tensor, tol: float) -> CaseResult:
         return CaseResult(name, False, f"dtype {got.dtype}, expected {want.dtype} (keep the input's dtype)")
     err = float((got.detach() - want.detach()).abs().max()) if want.numel() else 0.0
     if not err <= tol:  # also catches NaN
-        return CaseResult(name, False, f"max abs error {err:.3g} (tolerance {tol:g})", err)
+        finite = "" if bool(torch.isfinite(got).all()) else "; the output contains nan or inf"
+        return CaseResult(name, False, f"max abs error {err:.3g} (tolerance {tol:g}){finite}", err)
     return CaseResult(name, True, f"max abs error {err:.1e}", err)
 
 
+def _input_problem(got, given: Sequence, originals: Sequence, names: Sequence[str]) -> str:
+    """What is wrong with how fn treated its inputs (changed one in place, returned one or a view of it), or ''."""
+    for t, before, name in zip(given, originals, names):
+        if isinstance(t, Tensor) and not torch.equal(t.detach(), before):
+            return (f"changed its input {name} in place: the caller's tensor is overwritten. Compute into a new "
+                    f"tensor (x = x - mu, not x -= mu or x.sub_(mu))")
+    for out in got if isinstance(got, (tuple, list)) else (got,):
+        for t, name in zip(given, names):
+            if (isinstance(out, Tensor) and isinstance(t, Tensor) and out.numel() and t.numel()
+                    and out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()):
+                return f"returned {name} itself or a view of it: return a new tensor, not the input"
+    return ""
+
+
+def _closest_mistake(got: Tensor, err: float, mistakes: Sequence[Mistake], inputs: Sequence) -> str:
+    """The mistake whose output matches got at least 10x better than the reference does, or ''."""
+    best_err, best = 0.1 * err, ""  # NaN err: no mistake matches
+    for text, wrong in mistakes:
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. var over one element
+                out = wrong(*[t.detach().clone() if isinstance(t, Tensor) else t for t in inputs])
+        except Exception:  # a mistake that cannot happen on this input
+            continue
+        if isinstance(out, Tensor) and out.shape == got.shape:
+            e = float((got.detach().to(out.dtype) - out).abs().max())
+            if e < best_err:
+                best_err, best = e, text
+    return best
+
+
 def run_case(name: str, fn: Callable, reference: Callable, inputs: list[Tensor], tol: float,
-              grad: bool = False) -> CaseResult:
-    """Call fn and reference on copies of inputs; compare outputs and, with grad, the gradients of the inputs."""
+             grad: bool = False, *, mistakes: Sequence[Mistake] = (), arg_names: Sequence[str] = ()) -> CaseResult:
+    """Call fn and reference on copies of inputs; compare outputs and, with grad, the gradients of the inputs. fn
+    must leave its inputs unchanged; a wrong output that matches one of `mistakes` gets that mistake's text."""
+    names = list(arg_names) or [f"{i}" for i in range(len(inputs))]
     mine = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in inputs]
     ref = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in inputs]
     got, failed = call_learner(name, fn, *mine)
     if failed:
         return failed
+    problem = _input_problem(got, mine, inputs, names)
+    if problem:
+        return CaseResult(name, False, problem)
     want = reference(*ref)
     result = _compare(name, got, want, tol)
+    if not result.passed and isinstance(got, Tensor) and got.shape == want.shape and got.dtype == want.dtype:
+        _add_hint(result, _closest_mistake(got, result.max_error, mistakes, inputs))
     if not result.passed or not grad:
         return result
     probe = torch.randn(want.shape, generator=torch.Generator().manual_seed(7), dtype=want.dtype)
@@ -112,13 +174,23 @@ def run_case(name: str, fn: Callable, reference: Callable, inputs: list[Tensor],
         if b.grad is None:
             continue
         if a.grad is None:
-            return CaseResult(name, False, f"no gradient reached input {i}: do not detach or convert to numpy")
+            return CaseResult(name, False, f"no gradient reached input {names[i]}: do not detach or convert to "
+                                           "numpy")
         err = float((a.grad - b.grad).abs().max())
         if not err <= tol * 10:
-            return CaseResult(name, False, f"forward matches, but the gradient of input {i} is off by {err:.3g}",
-                              err)
+            return CaseResult(name, False, f"forward matches, but the gradient of input {names[i]} is off by "
+                                           f"{err:.3g}", err)
     return CaseResult(name, True, result.detail + ", gradients match", result.max_error)
 
+
+def _add_hint(case: CaseResult, hint: str) -> None:
+    """Name the mistake behind a failed case that has none named yet."""
+    if hint and not case.passed and not case.mistake:
+        case.mistake = hint
+        case.detail += f": {hint}"
+
+
+# ---- notebook 03: LayerNorm by hand (and RMSNorm, notebook 05) ---------------------------------------------------
 
 def _norm_cases(with_bias: bool) -> list[tuple[str, list[Tensor], float, float, bool]]:
     """Hidden cases for a per-token norm: (name, [x, weight(, bias)], eps, tolerance, check gradients)."""
@@ -142,26 +214,108 @@ def _norm_cases(with_bias: bool) -> list[tuple[str, list[Tensor], float, float, 
     ]
 
 
+def _standardized(x: Tensor, eps: float, dim=-1, correction: int = 0) -> Tensor:
+    return (x - x.mean(dim, keepdim=True)) / torch.sqrt(torch.var(x, dim, keepdim=True, correction=correction) + eps)
+
+
+LAYER_NORM_MISTAKES: list[Mistake] = [
+    ("σ² divides by d − 1 (torch.var's default); LayerNorm's divides by d: var(..., unbiased=False)",
+     lambda x, w, b, eps: _standardized(x, eps, correction=1) * w + b),
+    ("ε is added to σ; it belongs under the square root, beside σ²: (x − μ) / sqrt(σ² + ε)",
+     lambda x, w, b, eps: (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True, unbiased=False).sqrt() + eps)
+     * w + b),
+    ("ε is missing: (x − μ) / sqrt(σ² + ε)", lambda x, w, b, eps: _standardized(x, 0.0) * w + b),
+    ("γ (weight) is not applied: x̂ · γ + β", lambda x, w, b, eps: _standardized(x, eps) + b),
+    ("β (bias) is not applied: x̂ · γ + β", lambda x, w, b, eps: _standardized(x, eps) * w),
+    ("neither γ nor β is applied: x̂ · γ + β", lambda x, w, b, eps: _standardized(x, eps)),
+    ("β is added before scaling by γ: the order is x̂ · γ + β", lambda x, w, b, eps: (_standardized(x, eps) + b) * w),
+    ("μ and σ² are taken over the whole tensor; LayerNorm takes one pair per token, over the last dimension",
+     lambda x, w, b, eps: (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps) * w + b),
+    ("μ and σ² are taken over the wrong dimension; LayerNorm normalizes each token over its features, dim=-1",
+     lambda x, w, b, eps: _standardized(x, eps, dim=0) * w + b),
+    ("x − μ is divided by the root mean square of x, not by σ: compute σ² from x − μ",
+     lambda x, w, b, eps: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+     * w + b),
+    ("the input is normalized twice", lambda x, w, b, eps: _standardized(_standardized(x, eps), eps) * w + b),
+]
+
+
+def _check_norm(report: CheckReport, fn: Callable, reference: Callable, with_bias: bool,
+                mistakes: Sequence[Mistake]) -> CheckReport:
+    names = ["x", "weight", "bias"] if with_bias else ["x", "weight"]
+    for name, inputs, eps, tol, grad in _norm_cases(with_bias):
+        report.cases.append(run_case(name, lambda *t, eps=eps: fn(*t, eps), lambda *t, eps=eps: reference(*t, eps),
+                                     inputs, tol, grad, mistakes=[(m, lambda *t, eps=eps, wrong=wrong: wrong(*t, eps))
+                                                                  for m, wrong in mistakes], arg_names=names))
+    f64 = report.case("float64")
+    if report.case("batch (4, 6, 16)").passed and 0 < f64.max_error < 1e-4:
+        _add_hint(f64, FLOAT32_ONLY)
+    return report
+
+
 def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> CheckReport:
     """Check fn(x, weight, bias, eps) -> LayerNorm over the last dimension, against torch.nn.functional.layer_norm."""
-    report = CheckReport("layer_norm")
-    for name, inputs, eps, tol, grad in _norm_cases(with_bias=True):
-        ref = lambda x, w, b, eps=eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps)
-        report.cases.append(run_case(name, lambda x, w, b, eps=eps: fn(x, w, b, eps), ref, inputs, tol, grad))
+    report = _check_norm(CheckReport("layer_norm"), fn,
+                         lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps), True, LAYER_NORM_MISTAKES)
+    if report.case("batch (4, 6, 16)").passed:  # right on x, wrong on x + 1000: round-off, not the formula
+        _add_hint(report.case("large offset (x + 1000)"),
+                  "x is right but x + 1000 is not. In float32, x² ≈ 10⁶ keeps about 7 significant digits, so "
+                  "E[x²] − μ² cancels most of the digits of σ² ≈ 1 (catastrophic cancellation): compute σ² as the "
+                  "mean of (x − μ)²")
+    d1 = report.case("d = 1")
+    if "contains nan" in d1.detail:
+        _add_hint(d1, "with d = 1, x − μ = 0 and σ² = 0: ε under the square root keeps 0 / 0 away")
     return report
 
 
 def check_rms_norm(fn: Callable[[Tensor, Tensor, float], Tensor]) -> CheckReport:
     """Check fn(x, weight, eps) -> RMSNorm over the last dimension, against torch.nn.functional.rms_norm."""
-    report = CheckReport("rms_norm")
-    for name, inputs, eps, tol, grad in _norm_cases(with_bias=False):
-        ref = lambda x, w, eps=eps: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps)
-        report.cases.append(run_case(name, lambda x, w, eps=eps: fn(x, w, eps), ref, inputs, tol, grad))
-    return report
+    return _check_norm(CheckReport("rms_norm"), fn, lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps), False, ())
+
+
+# ---- notebook 02: masked batch statistics ------------------------------------------------------------------------
+
+def _real_mean(x: Tensor, mask: Tensor) -> Tensor:
+    return norms.masked_mean_var(x, mask)[0]
+
+
+def _mean_of_sequences(x: Tensor, mask: Tensor, var: bool = False) -> Tensor:
+    rows = [x[i][mask[i]] for i in range(x.shape[0])]
+    return torch.stack([r.var(0, unbiased=False) if var else r.mean(0) for r in rows]).mean(0)
+
+
+MEAN_MISTAKES: list[Mistake] = [
+    ("the pads count in the mean: average over the real tokens only", lambda x, m: x.flatten(0, 1).mean(0)),
+    ("the pads are zeroed but still counted: divide by the number of real tokens, not by batch × time",
+     lambda x, m: (x * m[..., None]).sum((0, 1)) / m.numel()),
+    ("this is the average of the per-sequence means, which weighs a short sequence's tokens more: pool every real "
+     "token, then average", _mean_of_sequences),
+    ("this is the mean over the pads: mask is True at the real tokens", lambda x, m: x[~m].mean(0)),
+]
+VAR_MISTAKES: list[Mistake] = [
+    ("this is the unbiased variance: divide by n, not n - 1", lambda x, m: x[m].var(0, unbiased=True)),
+    ("this is the standard deviation; return the variance, its square",
+     lambda x, m: x[m].var(0, unbiased=False).sqrt()),
+    ("the pads count in the variance: use the real tokens only", lambda x, m: x.flatten(0, 1).var(0, unbiased=False)),
+    ("the zeroed pads count in the variance, each adding (0 − μ)²: sum over the real tokens only",
+     lambda x, m: ((x * m[..., None] - _real_mean(x, m)) ** 2).sum((0, 1)) / m.sum()),
+    ("this is the average of the per-sequence variances, which leaves out how far apart the sequences' means are: "
+     "pool every real token", lambda x, m: _mean_of_sequences(x, m, var=True)),
+]
+
+
+def _cancellation(x: Tensor, mean: Tensor, var: Tensor) -> str:
+    digits = round(-math.log10(torch.finfo(x.dtype).eps))
+    mu, spread = float(mean.abs().max()), float(var.max())
+    return (f"the mean matches but the variance does not. The features have mean about {mu:.3g} and variance about "
+            f"{spread:.2g}, so E[x²] is about {mu * mu:.2g}; {str(x.dtype).removeprefix('torch.')} keeps about "
+            f"{digits} significant digits, and E[x²] − μ² cancels most of the digits of the variance (catastrophic "
+            f"cancellation). Subtract the mean first: the mean of (x − μ)²")
 
 
 def check_masked_batch_stats(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]) -> CheckReport:
-    """Check fn(x, mask) -> (mean, var): per-feature mean and biased variance over real tokens of (batch, seq, d)."""
+    """Check fn(x, mask) -> (mean, var): per-feature mean and biased variance over real tokens of (batch, seq, d),
+    against the exact (float64) statistics in the input's dtype."""
     report = CheckReport("masked batch statistics")
     g = torch.Generator().manual_seed(11)
 
@@ -169,55 +323,264 @@ def check_masked_batch_stats(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor
         lengths = torch.tensor(lengths)
         t = int(lengths.max()) + 2  # always some padding
         mask = torch.arange(t)[None, :] < lengths[:, None]
-        x = (torch.randn(len(lengths), t, d, generator=g, dtype=dtype) + offset).masked_fill(~mask[..., None], 0.0)
+        x = torch.randn(len(lengths), t, d, generator=g, dtype=dtype) + offset
         x[~mask] = torch.randn(int((~mask).sum()), d, generator=g, dtype=dtype) * 50  # loud padding: must be ignored
-        return name, x, mask
+        return name, x, mask, offset != 0.0
 
     cases = [case("equal lengths", [5, 5, 5], 4), case("variable lengths", [1, 7, 3, 5], 8),
              case("one real token in a sequence", [1, 1, 6], 3), case("d = 1", [4, 2], 1),
-             case("large offset", [6, 3, 2], 5, offset=500.0), case("float64", [3, 8], 6, torch.float64)]
-    for name, x, mask in cases:
-        want_mean, want_var, _ = norms.masked_mean_var(x, mask)
-        got, failed = call_learner(name, fn, x.clone(), mask.clone())
+             case("large offset", [6, 3, 2], 5, offset=500.0),
+             case("mean 1e4, spread 1, float32", [6, 3, 9, 2], 6, offset=1e4),
+             case("float64", [3, 8], 6, torch.float64)]
+    for name, x, mask, offset in cases:
+        want_mean, want_var = (t.to(x.dtype) for t in norms.masked_mean_var(x.double(), mask)[:2])
+        given = [x.clone(), mask.clone()]
+        got, failed = call_learner(name, fn, *given)
         if failed:
             report.cases.append(failed)
             continue
-        if not (isinstance(got, tuple) and len(got) == 2):
+        problem = _input_problem(got, given, [x, mask], ["x", "mask"])
+        if problem:
+            report.cases.append(CaseResult(name, False, problem))
+            continue
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
             report.cases.append(CaseResult(name, False, f"returned {type(got).__name__}; return (mean, var), each of "
                                                         "shape (d,)"))
             continue
         got_mean, got_var = got
-        tol = 1e-10 if x.dtype == torch.float64 else 1e-4 * max(1.0, float(want_mean.abs().max()))
-        mean_result = _compare(name + " (mean)", got_mean, want_mean, tol)
-        var_result = _compare(name + " (variance)", got_var, want_var, tol * max(1.0, float(want_var.max())))
-        worst = mean_result if not mean_result.passed else var_result
-        if var_result.passed and mean_result.passed:
-            worst = CaseResult(name, True, "mean and variance match")
-        elif not var_result.passed and mean_result.passed and got_var.shape == want_var.shape:
-            unbiased = norms.masked_mean_var(x, mask)[1] * int(mask.sum()) / (int(mask.sum()) - 1)
-            if torch.allclose(got_var, unbiased, rtol=1e-4):
-                worst.detail += " (this is the unbiased variance: divide by n, not n - 1)"
+        # what a float32 sum of n values as large as max|x| can be off by, on top of a relative tolerance
+        n, big, eps = int(mask.sum()), float(x[mask].abs().max()), torch.finfo(x.dtype).eps
+        base = 1e-10 if x.dtype == torch.float64 else 1e-4
+        mean_tol = base * max(1.0, float(want_var.max()) ** 0.5) + n * eps * big
+        var_tol = base * max(1.0, float(want_var.max())) + 4 * (n * eps * big) ** 2
+        mean_result = _compare(name + " (mean)", got_mean, want_mean, mean_tol)
+        var_result = _compare(name + " (variance)", got_var, want_var, var_tol)
+        if mean_result.passed and var_result.passed:
+            report.cases.append(CaseResult(name, True, "mean and variance match",
+                                           max(mean_result.max_error, var_result.max_error)))
+            continue
+        if isinstance(got_mean, Tensor) and isinstance(got_var, Tensor) and got_mean.shape == got_var.shape == \
+                want_mean.shape and torch.allclose(got_mean.double(), want_var.double(), rtol=1e-3, atol=1e-6) and \
+                torch.allclose(got_var.double(), want_mean.double(), rtol=1e-3, atol=1e-6):
+            report.cases.append(CaseResult(name, False, "mean and variance are swapped: return (mean, var) "
+                                                        "(torch.var_mean returns (var, mean))"))
+            continue
+        worst, got_part, mistakes = ((mean_result, got_mean, MEAN_MISTAKES) if not mean_result.passed
+                                     else (var_result, got_var, VAR_MISTAKES))
+        if worst.max_error:  # a wrong value, not a wrong type, shape or dtype
+            _add_hint(worst, _closest_mistake(got_part.double(), worst.max_error, mistakes, [x.double(), mask]))
+            if offset and mean_result.passed:
+                _add_hint(worst, _cancellation(x, want_mean, want_var))
+            if x.dtype == torch.float64 and worst.max_error < 1e-4:
+                _add_hint(worst, FLOAT32_ONLY)
         report.cases.append(worst)
     return report
 
 
+# ---- notebook 04: a block's forward pass from its parts ----------------------------------------------------------
+
+BLOCK_CALLED = ("write the {update} update from block.attn, block.ffn, block.norm1 and block.norm2; calling the block "
+                "itself is not the exercise")
+
+
+def _hidden_block(norm: str, seed: int, placement: str) -> TransformerBlock:
+    """A float64 block whose every parameter holds its own values (norm1 and norm2 differ), built inside
+    fork_rng so the learner's random numbers are untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        block = TransformerBlock(16, 4, norm=norm, placement=placement).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for part in (block.attn, block.ffn):
+            for p in part.parameters():
+                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.1)
+        for part in (block.norm1, block.norm2):  # gains in [0.5, 1.5], shifts of about ±0.5: a swap shows
+            for pname, p in part.named_parameters():
+                p.copy_(torch.rand(p.shape, generator=g, dtype=p.dtype) + 0.5 if pname == "weight"
+                        else torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return block
+
+
+@contextmanager
+def _watching_block_forward() -> Iterator[list]:
+    """Record every call of TransformerBlock.forward, on any block (block(x), block.forward, a copy of the block),
+    made from this thread: a training run in the background (BackgroundRun) is not the learner's answer."""
+    calls: list = []
+    original, here = TransformerBlock.forward, threading.get_ident()
+
+    def watched(self, *args, **kwargs):
+        if threading.get_ident() == here:
+            calls.append(self)
+        return original(self, *args, **kwargs)
+
+    TransformerBlock.forward = watched
+    try:
+        yield calls
+    finally:
+        TransformerBlock.forward = original
+
+
+class _Snapshot:
+    """A block's submodules, parameters, settings and weights, to put back after the learner's code ran."""
+
+    def __init__(self, block: nn.Module):
+        self.parts = [(m, dict(m._modules), dict(m._parameters), dict(m._buffers),
+                       {k: v for k, v in vars(m).items() if not k.startswith("_") and not isinstance(v, Tensor)})
+                      for m in block.modules()]
+        self.weights = {k: v.detach().clone() for k, v in block.state_dict().items()}
+
+    def restore(self, block: nn.Module) -> list[str]:
+        """Put everything back; return what had changed."""
+        changed = []
+        for m, modules, params, buffers, settings in self.parts:
+            for now, before, what in ((m._modules, modules, "a submodule"), (m._parameters, params, "a parameter"),
+                                      (m._buffers, buffers, "a buffer")):
+                if now.keys() != before.keys() or any(now[k] is not before[k] for k in before):
+                    changed.append(f"replaced {what}")
+                    now.clear()
+                    now.update(before)
+            for k, v in settings.items():
+                now = getattr(m, k, None)
+                if isinstance(now, Tensor):  # a record of the last forward (attention's last_max_logit), not a setting
+                    continue
+                try:
+                    same = now is v or bool(now == v)
+                except Exception:
+                    same = False
+                if not same:
+                    changed.append(f"{k} from {v!r} to {now!r}")
+                    setattr(m, k, v)
+        tensors = {**dict(block.named_parameters()), **dict(block.named_buffers())}
+        with torch.no_grad():
+            for k, v in self.weights.items():
+                t = tensors[k]
+                if t.dtype != v.dtype or t.shape != v.shape or not torch.equal(t, v):
+                    changed.append(f"the weights' dtype from {v.dtype} to {t.dtype}" if t.dtype != v.dtype
+                                   else f"the weights {k}")
+                    t.data = v.clone()  # .data: also undoes a change of dtype (block.float())
+        return list(dict.fromkeys(changed))
+
+
+def _block_case(name: str, update: str, fn: Callable, block: TransformerBlock, args: tuple, reference: Callable,
+                x: Tensor, mistakes: Sequence[Mistake]) -> CaseResult:
+    """run_case for fn(block, x, *args), which must not call a TransformerBlock's forward nor change the block;
+    the block is put back as it was given whatever fn does."""
+    snapshot, calls, changed = _Snapshot(block), [], []
+
+    def guarded(x):
+        with _watching_block_forward() as seen:
+            try:
+                return fn(block, x, *args)
+            finally:
+                calls.extend(seen)
+                changed.extend(snapshot.restore(block))
+
+    result = run_case(name, guarded, reference, [x], 1e-10, grad=True, mistakes=mistakes, arg_names=["x"])
+    if calls:
+        return CaseResult(name, False, BLOCK_CALLED.format(update=update))
+    if changed:
+        return CaseResult(name, False, f"changed the block ({', '.join(changed[:3])}): a forward pass must leave "
+                                       "the block as it was given")
+    return result
+
+
+def _chain(x: Tensor, first: tuple, second: tuple, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
+    """norm_b(α·h + β·F_b(h)) with h = norm_a(α·x + β·F_a(x)), for (F_a, norm_a) = first and (F_b, norm_b) = second."""
+    (f_a, n_a), (f_b, n_b) = first, second
+    h = n_a(alpha * x + beta * f_a(x))
+    return n_b(alpha * h + beta * f_b(h))
+
+
+def _post_ln_mistakes(b: TransformerBlock) -> list[Mistake]:
+    a, f, n1, n2 = b.attn, b.ffn, b.norm1, b.norm2
+    return [
+        ("this is the Pre-LN update, x + F(norm(x)); Post-LN normalizes after the residual sum: norm(x + F(x))",
+         lambda x: (lambda h: h + f(n2(h)))(x + a(n1(x)))),
+        ("each norm is applied to its sublayer's output before the residual sum; Post-LN normalizes the sum: "
+         "norm1(x + attn(x))", lambda x: (lambda h: h + n2(f(h)))(x + n1(a(x)))),
+        ("norm1 and norm2 are swapped: norm1 goes with attention, norm2 with the FFN",
+         lambda x: _chain(x, (a, n2), (f, n1))),
+        ("norm1 is used for both sublayers; the FFN's sum goes through norm2", lambda x: _chain(x, (a, n1), (f, n1))),
+        ("norm2 is used for both sublayers; the attention sum goes through norm1",
+         lambda x: _chain(x, (a, n2), (f, n2))),
+        ("the sublayers are in the wrong order: attention first, then the FFN", lambda x: _chain(x, (f, n1), (a, n2))),
+        ("the FFN's residual adds the block's input x; it should add h, the attention sublayer's output",
+         lambda x: n2(x + f(n1(x + a(x))))),
+        ("the FFN acts on the block's input x; it should act on h, the attention sublayer's output",
+         lambda x: n2(n1(x + a(x)) + f(x))),
+        ("the residual connections are missing: norm(x + F(x))", lambda x: n2(f(n1(a(x))))),
+        ("the output goes through a norm once more", lambda x: n2(_chain(x, (a, n1), (f, n2)))),
+    ]
+
+
 def check_post_ln_forward(fn: Callable[[TransformerBlock, Tensor], Tensor]) -> CheckReport:
-    """Check fn(block, x) -> the Post-LN forward of `block` (use block.attn, block.ffn, block.norm1, block.norm2),
-    against the course's TransformerBlock(placement="post") with the same weights."""
+    """Check fn(block, x) -> the Post-LN forward of `block` (a Pre-LN block: use block.attn, block.ffn, block.norm1,
+    block.norm2), against the course's TransformerBlock(placement="post") with the same weights; every parameter has
+    its own values. Calling a TransformerBlock's forward fails the case; the block is left as it was given."""
     report = CheckReport("Post-LN forward")
     for name, norm, seed, shape in [("LayerNorm block", "layer", 1, (2, 5, 16)),
                                     ("RMSNorm block", "rms", 2, (3, 4, 16)),
                                     ("one token", "layer", 3, (1, 1, 16))]:
-        with torch.random.fork_rng(devices=[]):  # the same hidden weights every time; the learner's RNG untouched
-            torch.manual_seed(seed)
-            post = TransformerBlock(16, 4, norm=norm, placement="post").double()
-            pre = TransformerBlock(16, 4, norm=norm, placement="pre").double()
-        with torch.no_grad():  # non-trivial gains so a misplaced norm shows
-            for p in post.parameters():
-                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(seed), dtype=p.dtype) * 0.1)
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
+        post = _hidden_block(norm, seed, "post")
+        pre = _hidden_block(norm, seed, "pre")
         pre.load_state_dict(post.state_dict())
-        report.cases.append(run_case(name, lambda x: fn(pre, x), post, [x], 1e-10, grad=True))
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
+        report.cases.append(_block_case(name, "Post-LN", fn, pre, (), post, x, _post_ln_mistakes(post)))
+    return report
+
+
+def _deepnorm(block: TransformerBlock, x: Tensor, alpha: float) -> Tensor:
+    """DeepNorm (Wang et al. 2022, arXiv 2203.00555): Post-LN with the residual scaled by α, norm(α·x + F(x))."""
+    return _chain(x, (block.attn, block.norm1), (block.ffn, block.norm2), alpha)
+
+
+def _deepnorm_mistakes(b: TransformerBlock, alpha: float) -> list[Mistake]:
+    a, f, n1, n2 = b.attn, b.ffn, b.norm1, b.norm2
+
+    def one_sided(x, alpha_attn, alpha_ffn):
+        h = n1(alpha_attn * x + a(x))
+        return n2(alpha_ffn * h + f(h))
+
+    return [
+        ("α is missing: this is plain Post-LN, norm(x + F(x)); DeepNorm scales the residual: norm(α·x + F(x))",
+         lambda x: _chain(x, (a, n1), (f, n2))),
+        ("α multiplies the sublayer's output; DeepNorm puts it on the residual: norm(α·x + F(x))",
+         lambda x: _chain(x, (a, n1), (f, n2), 1.0, alpha)),
+        ("α is applied in the attention sublayer only; the FFN's residual needs it too",
+         lambda x: one_sided(x, alpha, 1.0)),
+        ("α is applied in the FFN sublayer only; the attention sublayer's residual needs it too",
+         lambda x: one_sided(x, 1.0, alpha)),
+        ("α multiplies the norm's output; it belongs inside the norm, on the residual: norm(α·x + F(x))",
+         lambda x: (lambda h: alpha * n2(h + f(h)))(alpha * n1(x + a(x)))),
+        ("this is a Pre-LN update with α; DeepNorm keeps Post-LN's placement: norm(α·x + F(x))",
+         lambda x: (lambda h: alpha * h + f(n2(h)))(alpha * x + a(n1(x)))),
+        ("α is applied twice (α²); the residual is α·x", lambda x: _chain(x, (a, n1), (f, n2), alpha ** 2)),
+        ("norm1 is used for both sublayers; the FFN's sum goes through norm2",
+         lambda x: _chain(x, (a, n1), (f, n1), alpha)),
+        ("norm1 and norm2 are swapped: norm1 goes with attention, norm2 with the FFN",
+         lambda x: _chain(x, (a, n2), (f, n1), alpha)),
+        ("the FFN's residual adds α·x, the block's input; it should add α·h, the attention sublayer's output",
+         lambda x: n2(alpha * x + f(n1(alpha * x + a(x))))),
+    ]
+
+
+def check_deepnorm_forward(fn: Callable[[TransformerBlock, Tensor, float], Tensor]) -> CheckReport:
+    """Check fn(block, x, alpha) -> DeepNorm's forward of a Post-LN block, h = norm1(α·x + attn(x)),
+    out = norm2(α·h + ffn(h)) (Wang et al. 2022, arXiv 2203.00555), against the same update computed from the
+    block's parts. Calling a TransformerBlock's forward fails the case; the block is left as it was given."""
+    report = CheckReport("DeepNorm forward")
+    for name, norm, seed, shape, alpha in [
+            ("α = 1 (DeepNorm is then Post-LN), LayerNorm block", "layer", 4, (2, 5, 16), 1.0),
+            ("α = (2·6)^(1/4) ≈ 1.86, LayerNorm block", "layer", 5, (2, 5, 16), 12 ** 0.25),
+            ("α = (2·24)^(1/4) ≈ 2.63, RMSNorm block", "rms", 6, (3, 4, 16), 48 ** 0.25),
+            ("α = 3, RMSNorm block", "rms", 7, (2, 3, 16), 3.0),
+            ("one token, α = 1.5", "layer", 8, (1, 1, 16), 1.5)]:
+        block = _hidden_block(norm, seed, "post")
+        twin = copy.deepcopy(block)  # the reference's own copy, whatever fn does to the block
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
+        report.cases.append(_block_case(name, "DeepNorm", fn, block, (alpha,),
+                                        lambda x, alpha=alpha, twin=twin: _deepnorm(twin, x, alpha), x,
+                                        _deepnorm_mistakes(twin, alpha)))
     return report
 
 
@@ -237,26 +600,55 @@ def _stack_growth(gain: float, depth: int) -> float:
     return float((x.pow(2).sum(-1).mean() / x0.pow(2).sum(-1).mean()).sqrt())
 
 
+GAIN_MISTAKES: list[tuple[str, Callable[[int], float]]] = [
+    ("this doubles |x|², not |x|: the target is E|x_L|² = 4 |x_0|²", lambda L: math.sqrt(2 ** (1 / L) - 1)),
+    ("this is g², what one block adds to the mean squared norm: return its square root", lambda L: 4 ** (1 / L) - 1),
+    ("this solves (1 + g)^L = 2, but a block multiplies the mean squared norm by 1 + g², not the norm by 1 + g",
+     lambda L: 2 ** (1 / L) - 1),
+    ("this is √(1 + g²), the factor by which one block grows |x|; the exercise asks for g", lambda L: 2 ** (1 / L)),
+    ("this is the small-g approximation (1 + g²)^L ≈ exp(L·g²), which is off for shallow stacks: solve "
+     "(1 + g²)^L = 4 exactly", lambda L: math.sqrt(math.log(4) / L)),
+    ("1/√depth is GPT-2's scaling of the residual projections: it keeps the growth bounded, but |x| does not "
+     "exactly double", lambda L: 1 / math.sqrt(L)),
+    ("this is the gain for depth + 1: an off-by-one in the number of blocks", lambda L: depth_scaled_gain(L + 1)),
+    ("this is the gain for depth − 1: an off-by-one in the number of blocks", lambda L: depth_scaled_gain(L - 1)),
+]
+
+
 def check_depth_scaled_gain(fn: Callable[[int], float]) -> CheckReport:
     """Check fn(depth) -> g against depth_scaled_gain on hidden depths; each case also runs a real stack with it."""
     report = CheckReport("depth-scaled gain")
+    wrong_answers: dict[int, tuple[float, CaseResult]] = {}
     for depth in (1, 7, 30, 120, 1000):
         name = f"depth {depth}"
         got, failed = call_learner(name, fn, depth)
         if failed:
             report.cases.append(failed)
             continue
-        if isinstance(got, Tensor) and got.numel() == 1:
-            got = got.item()
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got < 0:
+        if (isinstance(got, Tensor) and got.numel() == 1) or (type(got).__module__ == "numpy" and
+                                                              getattr(got, "size", 0) == 1):
+            got = got.item()  # a one-element tensor or numpy array
+        if isinstance(got, bool) or not isinstance(got, numbers.Real) or not math.isfinite(got) or got < 0:
             report.cases.append(CaseResult(name, False, f"expected a finite number >= 0, got {got!r}"))
             continue
-        want = depth_scaled_gain(depth)
+        got, want = float(got), depth_scaled_gain(depth)
         err = abs(got - want) / want
         growth = (1.0 + got ** 2) ** (depth / 2)
         run = f"; a real {depth}-layer stack grew |x| by {_stack_growth(got, depth):.2f}x" if depth <= MAX_DEPTH else ""
         detail = f"g = {got:.4g} predicts |x| grows by {growth:.3g}x (target 2x){run}"
         report.cases.append(CaseResult(name, err <= 1e-3, detail, err))
+        if err > 1e-3:
+            wrong_answers[depth] = got, report.cases[-1]
+    for text, wrong in GAIN_MISTAKES:  # the first mistake that explains every wrong depth
+        try:
+            explains = len(wrong_answers) >= 2 and all(abs(got - wrong(depth)) < 0.1 * abs(got - depth_scaled_gain(depth))
+                                                   for depth, (got, _) in wrong_answers.items())
+        except (ValueError, ZeroDivisionError):
+            explains = False
+        if explains:
+            for case in report.cases:  # a depth where fn raised gets it too (depth - 1 divides by zero at depth 1)
+                _add_hint(case, text)
+            break
     return report
 
 

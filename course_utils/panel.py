@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 
 import ipywidgets as widgets
 
+from .course import lesson_parameters
+
 __all__ = ["Panel", "BackgroundRun", "TrainingDemo", "register_panel", "build_panel", "lesson_parameters", "PANELS",
            "message_html", "parse_features"]
 
@@ -39,14 +41,6 @@ def register_panel(name: str | None = None):
         PANELS[key] = (notebook, factory)
         return factory
     return wrap
-
-
-def lesson_parameters(factory: Callable) -> list[str]:
-    """The lesson functions a panel factory asks for: its parameters without a default, by name."""
-    import inspect
-
-    return [p.name for p in inspect.signature(factory).parameters.values()
-            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def build_panel(name: str):

@@ -29,9 +29,13 @@ def _unit_zero_mean(d: int, g: torch.Generator) -> Tensor:
 
 
 def _linear(weight: Tensor) -> nn.Linear:
-    """An nn.Linear (no bias) holding `weight`, built on the meta device so no throwaway init runs."""
-    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    """An nn.Linear (no bias) holding `weight`, set up without running its throwaway random init (a deep stack builds
+    hundreds of them, and the init's Python overhead, even on the meta device, was most of the building time)."""
+    layer = nn.Linear.__new__(nn.Linear)
+    nn.Module.__init__(layer)
+    layer.in_features, layer.out_features = weight.shape[1], weight.shape[0]
     layer.weight = nn.Parameter(weight, requires_grad=False)
+    layer.register_parameter("bias", None)
     return layer
 
 
@@ -76,10 +80,11 @@ def make_sublayers(sublayer: str, contributions: str, depth: int = MAX_DEPTH, d:
     return layers
 
 
-@functools.lru_cache(maxsize=8)
-def sublayer_stack(sublayer: str, contributions: str) -> nn.ModuleList:
-    """The panels' own MAX_DEPTH sublayers of one kind (seed 0), built once; slice it for a shallower stack."""
-    return make_sublayers(sublayer, contributions, MAX_DEPTH)
+@functools.lru_cache(maxsize=12)  # the notebook uses 4 kinds at seed 0 and the FFN stack at seeds 0-5
+def sublayer_stack(sublayer: str, contributions: str, seed: int = 0) -> nn.ModuleList:
+    """MAX_DEPTH sublayers of one kind, built once per seed (seed 0: the panels' own); slice it for a shallower
+    stack: make_sublayers draws layer by layer, so the first L layers are the stack of depth L."""
+    return make_sublayers(sublayer, contributions, MAX_DEPTH, seed=seed)
 
 
 def stream_tokens(n: int, d: int, seed: int) -> Tensor:

@@ -12,7 +12,11 @@ import torch.nn.functional as F
 
 from .synthetic import copy_task_batch
 
-__all__ = ["History", "train_copy_task", "warmup_lr", "masked_loss_and_accuracy", "seconds_per_step"]
+__all__ = ["History", "train_copy_task", "warmup_lr", "masked_loss_and_accuracy", "seconds_per_step", "OPTIMIZERS"]
+
+# AdamW is the course's optimizer; RAdam (Liu et al. 2019, arXiv 1908.03265) corrects the variance of Adam's adaptive
+# learning rate in the first steps, one of the accounts of why warmup helps (notebook 04).
+OPTIMIZERS = {"adamw": torch.optim.AdamW, "radam": torch.optim.RAdam}
 
 
 @dataclass
@@ -49,16 +53,19 @@ def train_copy_task(model: torch.nn.Module, steps: int = 300, lr: float = 3e-3, 
                     batch_size: int = 32, n_tokens: int = 12, vocab_size: int = 16, seed: int = 0,
                     betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 0.0,
                     callback: Callable[[int, History], None] | None = None,
-                    should_stop: Callable[[], bool] | None = None) -> History:
-    """Train `model` on the copy task with Adam(W) and linear warmup; the data stream is fixed by `seed`.
+                    should_stop: Callable[[], bool] | None = None, optimizer: str = "adamw") -> History:
+    """Train `model` on the copy task with AdamW (or `optimizer`, a key of OPTIMIZERS) and linear warmup; the data
+    stream is fixed by `seed`.
 
     callback(step, history) runs after every step; should_stop() ends the run early (history.stopped is then True).
     """
     if steps < 1 or not (lr > 0 and math.isfinite(lr)) or warmup < 0:
         raise ValueError(f"need steps >= 1, a finite lr > 0 and warmup >= 0; got steps={steps}, lr={lr}, "
                          f"warmup={warmup}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    opt = OPTIMIZERS[optimizer](model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
     history = History()
     model.train()
     for step in range(steps):

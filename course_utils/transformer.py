@@ -30,14 +30,16 @@ def _check_cap(cap: float | None, name: str) -> float | None:
 
 
 def _residual(x: Tensor, sublayer: Callable[[Tensor], Tensor], norm: Callable[[Tensor], Tensor], placement: str,
-              record: dict | None, names: tuple[str, str]) -> Tensor:
-    """One residual sublayer with its norm placed "pre", x + sublayer(norm(x)), or "post", norm(x + sublayer(x));
+              record: dict | None, names: tuple[str, str], residual_scale: float = 1.0) -> Tensor:
+    """One residual sublayer with its norm placed "pre", a·x + sublayer(norm(x)), or "post", norm(a·x + sublayer(x)),
+    a = residual_scale (1: the plain residual, computed without a multiplication; DeepNorm's alpha otherwise);
     `record` (if a dict) gets the norm's and the sublayer's inputs under `names`."""
+    skip = x if residual_scale == 1 else residual_scale * x
     if placement == "pre":
         normed = norm(x)
-        seen, out = (x, normed), x + sublayer(normed)
+        seen, out = (x, normed), skip + sublayer(normed)
     else:
-        summed = x + sublayer(x)
+        summed = skip + sublayer(x)
         seen, out = (summed, x), norm(summed)
     if record is not None:
         record.update(zip(names, seen))
@@ -117,11 +119,15 @@ class TransformerBlock(nn.Module):
 
     pre:  x = x + attn(norm1(x));  x = x + ffn(norm2(x))      (GPT-2, LLaMA)
     post: x = norm1(x + attn(x));  x = norm2(x + ffn(x))      (the original Transformer, BERT)
+
+    residual_scale (alpha) multiplies the skip path, x -> alpha·x, in both sublayers: Post-LN with alpha > 1 is
+    DeepNorm's forward (Wang et al. 2022, arXiv 2203.00555). The default 1 leaves the block exactly as above.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int | None = None, *, norm: str = "layer",
                  placement: str = "pre", qk_norm: str | bool | None = None, attn_softcap: float | None = None,
-                 activation: str = "relu", eps: float = 1e-5, causal: bool = True, bias: bool = True):
+                 activation: str = "relu", eps: float = 1e-5, causal: bool = True, bias: bool = True,
+                 residual_scale: float = 1.0):
         super().__init__()
         if norm not in NORM_KINDS:
             raise ValueError(f"norm must be one of {NORM_KINDS}, got {norm!r}")
@@ -130,6 +136,7 @@ class TransformerBlock(nn.Module):
         if not (isinstance(d_model, int) and d_model > 0 and isinstance(n_heads, int) and n_heads > 0):
             raise ValueError(f"d_model and n_heads must be positive ints, got d_model={d_model!r}, n_heads={n_heads!r}")
         self.norm_kind, self.placement = norm, placement
+        self.residual_scale = positive_number(residual_scale, "residual_scale")
         self.attn = MultiHeadAttention(d_model, n_heads, qk_norm=qk_norm, attn_softcap=attn_softcap,
                                        causal=causal, bias=bias, eps=eps)
         self.ffn = FeedForward(d_model, d_ff or 4 * d_model, activation, bias)
@@ -148,9 +155,9 @@ class TransformerBlock(nn.Module):
             raise ValueError(f"record must be None or a dict to fill, got {type(record).__name__}")
         attn_placement, ffn_placement = self._placements(placement)
         x = _residual(x, lambda h: self.attn(h, key_padding_mask), self.norm1 if norm1 is None else norm1,
-                      attn_placement, record, ("norm1_in", "attn_in"))
+                      attn_placement, record, ("norm1_in", "attn_in"), self.residual_scale)
         return _residual(x, self.ffn, self.norm2 if norm2 is None else norm2, ffn_placement, record,
-                         ("norm2_in", "ffn_in"))
+                         ("norm2_in", "ffn_in"), self.residual_scale)
 
     def _placements(self, placement: str | tuple[str, str] | None) -> tuple[str, str]:
         """The (attention, FFN) placements of one call: the block's own, one for both, or a pair."""
@@ -173,7 +180,7 @@ class TinyLM(nn.Module):
                  d_ff: int | None = None, max_len: int = 128, *, norm: str = "layer", placement: str = "pre",
                  final_norm: bool | None = None, qk_norm: str | bool | None = None,
                  attn_softcap: float | None = None, final_softcap: float | None = None, activation: str = "relu",
-                 eps: float = 1e-5, seed: int = 0):
+                 eps: float = 1e-5, residual_scale: float = 1.0, seed: int = 0):
         super().__init__()
         if not (isinstance(vocab_size, int) and vocab_size > 1):
             raise ValueError(f"vocab_size must be an int > 1, got {vocab_size!r}")
@@ -185,7 +192,8 @@ class TinyLM(nn.Module):
         self.pos_emb = nn.Embedding(max_len, d_model)
         self.blocks = nn.ModuleList(
             TransformerBlock(d_model, n_heads, d_ff, norm=norm, placement=placement, qk_norm=qk_norm,
-                             attn_softcap=attn_softcap, activation=activation, eps=eps)
+                             attn_softcap=attn_softcap, activation=activation, eps=eps,
+                             residual_scale=residual_scale)
             for _ in range(n_layers))
         if final_norm is None:  # Pre-LN leaves the stream unnormalized, so it needs one; Post-LN ends on a norm already
             final_norm = placement == "pre" and norm != "none"

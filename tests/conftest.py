@@ -37,6 +37,7 @@ SLOW = {
     "test_demo_class.py::test_the_grading_benchmark_runs_on_a_small_class",  # the benchmark script, a subprocess
     "test_packaging.py::test_a_plain_wheel_carries_the_quizzes_and_data_as_package_data",  # builds a wheel
     "test_panel.py::test_every_registered_panel_refreshes_over_its_whole_sweep[intervention_panel]",  # MiniLM
+    "test_evidence.py::test_seed_zero_reproduces_its_report",  # one run of every claim experiment, trainings too
 }
 # Module fixtures that cost over ~3 s once: every test of that file that uses one is slow with it.
 SLOW_FIXTURES = {

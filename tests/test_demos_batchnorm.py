@@ -89,3 +89,62 @@ def test_per_position_stats_and_drifting_batches():
     assert len(batches) == 4 and means[-1] - means[0] == pytest.approx(1.5, abs=0.3)
     with pytest.raises(ValueError):
         next(bn_demo.drifting_batches(0))
+
+
+def test_per_position_norm_uses_only_the_real_tokens_at_each_position():
+    x, mask = bn_demo.token_batch([6, 3, 5, 2], seed=4)
+    x[~mask] = 1e3  # loud pads must not count
+    ours = bn_demo.per_position_norm(x, mask)
+    for t in range(x.shape[1]):
+        real = x[mask[:, t], t]
+        want = (real - real.mean(0)) / torch.sqrt(real.var(0, unbiased=False) + 1e-5)
+        torch.testing.assert_close(ours[mask[:, t], t], want)
+    assert bn_demo.normalize(x, mask, bn_demo.PER_POSITION).equal(ours)
+
+
+def test_the_future_reaches_position_zero_only_through_pooled_statistics():
+    leak = bn_demo.future_leak(seed=2)
+    pooled, masked, per_position, ln = (leak[k] for k in bn_demo.TIME_NORMS)
+    assert pooled > 1e-3 and masked > 1e-3 and per_position == 0 and ln == 0
+    assert min(bn_demo.future_leak(seed=2, changed=0).values()) > 0.5  # the token itself changed: all move
+    with pytest.raises(ValueError):
+        bn_demo.future_leak(changed=bn_demo.SENTENCE_LEN)
+    prefix = bn_demo.generation_prefix(seed=2)
+    assert all(len(v) == 14 and v[-1] == 0 for v in prefix.values())  # the whole batch is the training batch
+    assert max(prefix[bn_demo.PER_POSITION]) < 1e-12 and max(prefix[bn_demo.COMPARED_NORMS[1]]) > 0.1
+    fig = bn_demo.generation_prefix_figure(prefix)
+    assert len(fig.data) == 4 and fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+
+
+def test_one_sentence_gives_its_last_token_away_and_eight_do_not():
+    assert bn_demo.recover_last_token(seed=3)["error"] < 1e-10
+    assert bn_demo.recover_last_token(seed=3, batch_size=8)["error"] > 0.5
+    assert bn_demo.recover_last_token(seed=3, kind="LayerNorm")["error"] > 0.5
+    with pytest.raises(ValueError):
+        bn_demo.recover_last_token(batch_size=9)
+
+
+def test_padding_sweep_matches_the_formula_and_the_mask_removes_it():
+    sweep = bn_demo.padding_sweep((20, 40))
+    assert max(sweep["formula_gap"]) < 1e-12 and max(sweep["masked_move"]) < 1e-12
+    assert 0 < sweep["move"][0] < sweep["move"][1] and sweep["share"][0] < sweep["share"][1]
+
+
+def test_running_var_is_the_unbiased_estimate():
+    r = bn_demo.running_var_estimate(seed=1, lengths=(3, 2))
+    assert r["n"] == 6
+    torch.testing.assert_close(r["ratio"], torch.full((bn_demo.N_FEATURES,), 6 / 5, dtype=torch.float64))
+    assert r["eval_shrink"] == pytest.approx(r["predicted_shrink"], abs=1e-3)
+
+
+def test_trained_modules_and_their_gaps():
+    modules = bn_demo.trained_modules(steps=5, seed=1)
+    before = {k: v.clone() for k, v in modules["masked BatchNorm"].state_dict().items()}
+    gaps = bn_demo.train_vs_eval_gaps(modules, seed=1)
+    after = modules["masked BatchNorm"].state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # measuring never moves the running statistics
+    assert gaps["LayerNorm", 0.5] == 0 and gaps["BatchNorm1d (pads included)", 0.2] > 0
+    one = bn_demo.one_token_in_training(seed=1)
+    assert "Expected more than 1 value" in one["error"] and bn_demo.one_token_in_training(n_tokens=2)["error"] is None
+    g = bn_demo.lone_token_gaps(modules, one["tokens"], seed=1)
+    torch.testing.assert_close(g["LayerNorm alone"], g["LayerNorm in a batch"])

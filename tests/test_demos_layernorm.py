@@ -1,10 +1,21 @@
 """Notebook 03's demos (course_utils.demos.layernorm) and parse_features, the panels' typed-numbers parser."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from course_utils.bench import load_panels
+from course_utils.course import lesson_functions
 from course_utils.demos import layernorm as ln_demo
-from course_utils.panel import PANELS, build_panel, parse_features
+from course_utils.evidence import EXPERIMENTS
+from course_utils.panel import build_panel, parse_features
+
+CLAIMS_03 = ("C15", "C16", "C17", "C18", "C19", "C20", "C62", "C63", "C64", "C65")
+
+
+def _lessons():
+    return lesson_functions("03_layernorm")
 
 
 def test_token_panel_refuses_an_unknown_formula_and_one_feature_unbiased():
@@ -30,7 +41,9 @@ def test_parse_features_refuses_with_a_reason(text, message):
 
 def test_the_panels_are_registered_for_their_notebooks():
     """tests/test_panel.py sweeps every registered panel (these draw every setting); latency: course_utils.bench."""
-    assert (PANELS["token_panel"][0], PANELS["ln_vs_rms_panel"][0]) == ("03_layernorm", "05_rmsnorm")
+    panels = load_panels()  # every demos module imported, so this test also passes alone
+    assert (panels["token_panel"][0], panels["sphere_panel"][0], panels["ln_vs_rms_panel"][0]) == (
+        "03_layernorm", "03_layernorm", "05_rmsnorm")
 
 
 def test_token_panel_shows_the_steps_and_the_reference():
@@ -65,3 +78,116 @@ def test_static_figures_have_titles_and_axis_labels():
     for fig in figs:
         assert fig.layout.title.text
         assert all(ax.title.text for ax in (fig.layout.xaxis, fig.layout.yaxis))
+
+
+# ---- the plane-and-sphere panel -------------------------------------------------------------------------------------
+
+def _point(fig, name):
+    trace = next(fig.select_traces(selector=dict(name=name)))
+    return torch.tensor([trace.x[0], trace.y[0], trace.z[0]], dtype=torch.float64)
+
+
+def test_sphere_panel_shift_moves_only_the_token_and_scale_leaves_the_output():
+    panel = build_panel("sphere_panel")
+    readout, fig = panel.outputs
+    start = {n: _point(fig, n) for n in ("token a·x + b", "x − μ1 (on the plane)", "LN(x) (on the circle)")}
+    out = start["LN(x) (on the circle)"]
+    assert abs(out.norm().item() - math.sqrt(3)) < 1e-4 and abs(out.sum().item()) < 1e-9
+    assert "|LN(x)| = 1.732" in readout.value
+    assert panel.set(shift=2.0)
+    moved = _point(fig, "token a·x + b") - start["token a·x + b"]
+    torch.testing.assert_close(moved, torch.full((3,), 2.0, dtype=torch.float64))  # along 1
+    torch.testing.assert_close(_point(fig, "x − μ1 (on the plane)"), start["x − μ1 (on the plane)"])
+    assert panel.set(shift=0.0, scale=2.0)
+    torch.testing.assert_close(_point(fig, "x − μ1 (on the plane)"), 2 * start["x − μ1 (on the plane)"])
+    torch.testing.assert_close(_point(fig, "LN(x) (on the circle)"), out, atol=1e-5, rtol=0)
+    assert panel.set(scale=-1.0)
+    torch.testing.assert_close(_point(fig, "LN(x) (on the circle)"), -out, atol=1e-5, rtol=0)
+    assert "other side" in readout.value
+
+
+def test_sphere_panel_equal_features_land_at_the_centre_with_a_note():
+    panel = build_panel("sphere_panel")
+    assert panel.set(x1=1.0, x2=1.0, x3=1.0)
+    assert _point(panel.outputs[1], "LN(x) (on the circle)").abs().max() < 1e-9
+    assert "All three features are equal" in panel.outputs[0].value
+
+
+def test_sphere_panel_figure_has_a_title_axis_labels_and_a_legend():
+    fig = build_panel("sphere_panel").outputs[1]
+    assert fig.layout.title.text
+    assert all(ax.title.text for ax in (fig.layout.scene.xaxis, fig.layout.scene.yaxis, fig.layout.scene.zaxis))
+    assert all(t.name for t in fig.data)
+
+
+# ---- the shared measurements, checked against the maths --------------------------------------------------------------
+
+def test_sphere_and_plane_puts_layer_norm_on_the_sphere_and_rms_norm_off_the_plane():
+    layer_norm = _lessons()["layer_norm"]
+    x = ln_demo.varied_tokens(3, 50, 10)
+    r = ln_demo.sphere_and_plane(layer_norm, x)
+    torch.testing.assert_close(r["norm_sq"], torch.full((50,), 10.0, dtype=torch.float64))
+    assert r["plane_gap"] < 1e-12 and r["picture_gap"] < 1e-12
+    rms = ln_demo.sphere_and_plane(layer_norm, x, center=False)
+    assert rms["norm_gap"] < 1e-12 and rms["plane_gap"] > 0.1
+
+
+def test_jacobian_check_finds_the_notebook_formula_right_and_a_wrong_one_wrong():
+    layer_norm = _lessons()["layer_norm"]
+    x = ln_demo.random_token(4, 12, loc=1.0, spread=2.0)
+
+    def jacobian(v):  # the formula, written independently of the notebook's lesson
+        d, mu, sigma = v.shape[-1], v.mean(), v.std(correction=0)
+        x_hat = (v - mu) / sigma
+        return (torch.eye(d, dtype=v.dtype) - 1.0 / d - torch.outer(x_hat, x_hat) / d) / sigma
+
+    right = ln_demo.jacobian_check(layer_norm, jacobian, x)
+    assert ln_demo.jacobian_verdict(right)
+    torch.testing.assert_close(right["autograd"], jacobian(x))
+    missing_term = ln_demo.jacobian_check(layer_norm, lambda v: jacobian(v) + torch.outer(
+        (v - v.mean()) / v.std(correction=0), (v - v.mean()) / v.std(correction=0)) / 12 / v.std(correction=0), x)
+    assert not ln_demo.jacobian_verdict(missing_term)  # (I - 11ᵀ/d)/σ alone: not the Jacobian
+
+
+def test_gradient_by_scale_is_one_over_sigma_until_eps_takes_over():
+    layer_norm = _lessons()["layer_norm"]
+    exact = ln_demo.gradient_by_scale(layer_norm, 2, scales=(0.5, 5.0, 50.0), eps=0.0)
+    assert ln_demo.tenfold_steps(exact) == pytest.approx([1.0, 1.0], abs=1e-12)
+    capped = ln_demo.gradient_by_scale(layer_norm, 2, scales=(1e-4, 1e-3), eps=1e-5)
+    assert ln_demo.tenfold_steps(capped)[0] < 0.2
+
+
+def test_gamma_beta_fit_restores_a_shared_normalization_exactly_and_not_per_token_statistics():
+    layer_norm = _lessons()["layer_norm"]
+    x = ln_demo.varied_tokens(1, 128, 8)
+    shared = ln_demo.undo_with_gamma_beta(layer_norm, 0.5 * layer_norm(x, eps=0.0) - 1.0)
+    torch.testing.assert_close(shared["gamma"], torch.full((8,), 0.5, dtype=torch.float64))
+    torch.testing.assert_close(shared["beta"], torch.full((8,), -1.0, dtype=torch.float64))
+    assert ln_demo.undo_with_gamma_beta(layer_norm, x)["rel_error"] > 0.5
+    pair = ln_demo.two_tokens(layer_norm, 1)
+    assert pair["output_gap"] < 1e-12 < pair["input_gap"]
+
+
+def test_pitfall_verdict_fails_when_the_pitfall_is_the_correct_formula():
+    lessons = _lessons()
+    sweep = ln_demo.pitfall_errors(lessons["layer_norm"], lessons["layer_norm"], lessons["layer_norm_eps_on_std"], 0,
+                                   ds=(2, 4096), spreads=(1e-3, 1.0))
+    verdict = ln_demo.pitfall_verdict(sweep)
+    assert not verdict["shrinks x̂ by exactly √((d-1)/d)"]
+    assert verdict["ε on σ: below 1e-4 at spread 1, above 0.5 at spread 1e-3"]
+
+
+# ---- the claim experiments ------------------------------------------------------------------------------------------
+
+def test_every_claim_of_notebook_03_has_an_experiment_with_a_control():
+    mine = {cid: e for cid, e in EXPERIMENTS.items() if e.notebook == "03_layernorm"}
+    assert set(mine) == set(CLAIMS_03)
+    for cid, e in mine.items():
+        assert any(s.expect for s in e.settings) and any(not s.expect for s in e.settings), cid
+
+
+@pytest.mark.parametrize("cid", CLAIMS_03)
+def test_each_claim_experiment_agrees_at_the_notebook_seed(cid):
+    e, lessons = EXPERIMENTS[cid], _lessons()
+    for setting in e.settings:
+        assert e.run(0, setting, lessons).holds == setting.expect, (cid, setting.label)

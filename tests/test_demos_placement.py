@@ -2,6 +2,7 @@
 import math
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -128,3 +129,78 @@ def test_stop_really_ends_a_background_run():
     trained = sum(len(h.loss) for hs in panel.result.histories.values() for h in hs)
     assert trained < 3 * 5 * 400
     assert "stopped" in panel.runner.status.value and "Stopped" in panel.summary.value
+
+
+def test_deepnorm_scales_and_build_model():
+    alpha, beta = demo.deepnorm_scales(4)
+    assert alpha == pytest.approx(8 ** 0.25) and beta == pytest.approx(32 ** -0.25)
+    plain = demo.build_model(2, "post", seed=3)
+    both = demo.build_model(2, "post", seed=3, deepnorm="both")
+    only_alpha = demo.build_model(2, "post", seed=3, deepnorm="alpha")
+    only_beta = demo.build_model(2, "post", seed=3, deepnorm="beta")
+    a, b = demo.deepnorm_scales(2)
+    assert [blk.residual_scale for blk in both.blocks] == [a, a] and only_beta.blocks[0].residual_scale == 1.0
+    assert only_alpha.blocks[1].residual_scale == a and plain.blocks[0].residual_scale == 1.0
+    for name, value in plain.state_dict().items():
+        scaled = any(k in name for k in ("linear1.weight", "linear2.weight", "v_proj.weight", "out_proj.weight"))
+        for model, applies in ((both, True), (only_beta, True), (only_alpha, False)):
+            expected = value * b if scaled and applies else value
+            torch.testing.assert_close(model.state_dict()[name], expected)
+    with pytest.raises(ValueError, match="deepnorm"):
+        demo.build_model(2, "post", seed=0, deepnorm="gamma")
+
+
+def test_token_spread():
+    x = torch.randn(3, 5, 8)
+    assert demo.token_spread(x.mean(1, keepdim=True).expand(3, 5, 8)) == pytest.approx(0.0, abs=1e-6)
+    assert 0.5 < demo.token_spread(x) < 1.1
+    assert demo.token_spread(10 * x) == pytest.approx(demo.token_spread(x), rel=1e-5)  # relative to the RMS
+    profile = demo.spread_profile(demo.build_model(2, "pre", seed=0))
+    assert len(profile) == 4 and all(p > 0 for p in profile)
+    fig = demo.spread_figure({"Post-LN, no warmup (seed 0)": profile})
+    assert fig.layout.yaxis.type == "log" and fig.layout.title.text
+
+
+def test_jacobian_profile_and_its_test():
+    layers = np.arange(1, 25)
+    rms = np.sqrt(np.concatenate([[1.0], 1.0 + layers]))  # the stream entering block l: sqrt(l)
+    flat = {"W2": np.array([1 / rms[:-1]]), "rms": np.array([rms])}
+    profile = demo.jacobian_profile(flat)
+    assert profile["product_spread"] == pytest.approx(1.0) and profile["log_corr"] == pytest.approx(-1.0)
+    assert demo.jacobian_holds(profile)
+    constant = {"W2": np.ones((1, 24)), "rms": np.array([rms])}  # a gradient that does not decay
+    assert not demo.jacobian_holds(demo.jacobian_profile({**constant, "W2": constant["W2"] + 1e-3 * layers}))
+
+
+def test_stream_growth_fits_a_line_to_the_squared_rms():
+    rms = np.sqrt(1.5 + 0.9 * np.arange(25))[None, :]
+    fit = demo.stream_growth(rms)
+    assert fit["slope"] == pytest.approx(0.9) and fit["intercept"] == pytest.approx(1.5) and fit["r2"] > 0.999
+
+
+def test_the_claim_tests_can_fail():
+    ok = {"Post-LN, no warmup": ["stuck at chance"], "Post-LN + warmup": ["learned"], "Pre-LN, no warmup": ["learned"]}
+    assert demo.race_claim_holds(ok) and demo.depth_race_holds({**ok, "Post-LN + warmup": ["stuck at chance"]})
+    assert not demo.race_claim_holds({**ok, "Post-LN, no warmup": ["partial"]})
+    assert not demo.depth_race_holds(ok)
+    collapsed = {"Post-LN, no warmup": [0.9, 0.2, 0.01, 1e-4, 1e-6, 1e-6], "Post-LN + warmup": [0.9] * 6,
+                 "Pre-LN, no warmup": [0.9] * 6}
+    assert demo.collapse_holds(collapsed)
+    assert not demo.collapse_holds({**collapsed, "Post-LN, no warmup": [0.9, 0.2, 0.3, 1e-4, 1e-6, 1e-6]})
+    assert not demo.collapse_holds({**collapsed, "Pre-LN, no warmup": [0.9, 0.5, 0.2, 0.05, 0.01, 0.01]})
+
+
+def test_every_claim_of_the_notebook_has_an_experiment_with_a_control():
+    from course_utils.evidence import EXPERIMENTS
+    mine = {c: e for c, e in EXPERIMENTS.items() if e.notebook == "04_pre_vs_post_ln"}
+    assert set(mine) >= {"C43", "C44", "C45", "C46", "C47", "C48", "C66", "C67", "C68", "C69"}
+    assert all(any(not s.expect for s in e.settings) for c, e in mine.items() if c not in ("C47", "C48", "C68"))
+
+
+def test_cheap_claim_experiments_hold_at_the_notebooks_seed():
+    from course_utils.evidence import EXPERIMENTS
+    lessons = lesson_functions("04_pre_vs_post_ln")
+    for claim in ("C43", "C46", "C69"):
+        for setting in EXPERIMENTS[claim].settings:
+            torch.manual_seed(0)
+            assert EXPERIMENTS[claim].run(0, setting, lessons).holds == setting.expect, (claim, setting.label)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from course_utils import residual
 from course_utils.course import lesson_functions
 from course_utils.demos import why_normalize as wn
+from course_utils.evidence import EXPERIMENTS
 from course_utils.panel import PANELS
 
 residual_stack = lesson_functions("01_why_normalize")["residual_stack"]  # the notebook's own loop, as the panels get it
@@ -68,6 +69,60 @@ def test_gradient_panel_reports_vanishing_and_exploding():
     assert "vanish" in panel.outputs[0].value
     assert panel.set(depth=100, gain=1.0, residual=True, norm="off")
     assert "exploding" in panel.outputs[0].value
+    assert panel.set(depth=200, gain=0.05, residual=True, norm="off")  # the small-gain control: stable
+    assert "the same order of size" in panel.outputs[0].value
+
+
+def test_gradient_panel_seed_draws_another_stack_and_says_so_for_post_ln():
+    panel = wn.gradient_panel(residual_stack)
+    assert panel.set(depth=50, norm="Post-LN", seed=0)
+    first = list(panel.outputs[1].data[0].y)
+    assert "Seed 0" in panel.outputs[0].value and "another seed" in panel.outputs[0].value
+    assert panel.set(depth=50, norm="Post-LN", seed=2)
+    assert list(panel.outputs[1].data[0].y) != first
+    assert first[0] / first[-1] == pytest.approx(wn.gradient_ratios(residual_stack, 50, "Post-LN", 1.0)["ratio"])
+    panel.controls["seed"] = widgets.IntText(value=99)
+    assert panel.refresh() is False and "seed" in panel.last_error
+
+
+def test_constant_blocks_ignore_their_input_and_add_up():
+    u = torch.ones(residual.D_MODEL, dtype=torch.float64)
+    block = wn.constant_block(u)
+    assert torch.equal(block(torch.randn(3, residual.D_MODEL, dtype=torch.float64)), u.expand(3, -1))
+    aligned = wn.constant_sum(residual_stack, "aligned", n_blocks=10, size=2.0, seed=4)
+    assert aligned.tolist() == pytest.approx([2.0 * k for k in range(11)], rel=1e-12)
+    independent = wn.constant_sum(residual_stack, "independent", n_blocks=10, size=2.0, seed=4)
+    assert 2 < independent[-1] < 15 and independent[1] == pytest.approx(2.0)
+
+
+def test_a_seeded_stack_is_the_prefix_of_the_deeper_one_and_builds_like_nn_linear():
+    deep = residual.sublayer_stack("amplifies its input", "independent", 3)
+    short = residual.make_sublayers("amplifies its input", "independent", 7, residual.D_MODEL, 3)
+    for f, g in zip(deep[:7], short):
+        torch.testing.assert_close(f[0].weight, g[0].weight, rtol=0, atol=0)
+    linear = deep[0][2]
+    x = torch.randn(5, 4 * residual.D_MODEL, dtype=torch.float64)
+    torch.testing.assert_close(linear(x), F.linear(x, linear.weight))
+    assert linear.bias is None and (linear.in_features, linear.out_features) == (4 * residual.D_MODEL,
+                                                                                  residual.D_MODEL)
+
+
+def test_gradient_ratios_and_layer_factors_agree_with_the_backward_pass():
+    out = wn.backward_through_stack(residual_stack, 30, "Post-LN", 1.0, seed=2)
+    size = residual.vector_norm(out["grad_x"])
+    run = wn.gradient_ratios(residual_stack, 30, "Post-LN", 1.0, seed=2)
+    assert run["ratio"] == pytest.approx((size[0].mean() / size[-1].mean()).item())
+    assert run["weight_ratio"] == pytest.approx((out["grad_w"][0] / out["grad_w"][-1]).item())
+    factors = wn.layer_factors(residual_stack, 30, "Post-LN", 1.0, seed=2)
+    assert factors.shape == (30, residual.N_TOKENS)
+    torch.testing.assert_close(torch.tensor(factors.sum(0)), torch.log10(size[0] / size[-1]))
+
+
+def test_float16_overflow_finds_the_first_inf_near_the_float64_crossing():
+    run = wn.float16_overflow(residual_stack, seed=1, depth=60)
+    assert run["first_inf"] is not None and abs(run["first_inf"] - run["first_big"]) <= 2
+    assert all(torch.isfinite(run["x16"][n]).all() for n in ("Pre-LN", "Post-LN"))
+    assert wn.float16_overflow(residual_stack, seed=1, depth=5)["first_inf"] is None
 
 
 def test_feed_forward_sublayer_preserves_the_mean_square_norm():
@@ -123,11 +178,46 @@ def test_layer_histograms_are_fractions_and_normalization_holds_the_scale():
 def test_train_shift_run_records_and_rejects():
     record = wn.train_shift_run("BatchNorm", steps=10, every=5)
     assert record["steps"] == [0, 5, 10] and len(record["loss"]) == 10
-    assert record["quantiles"].shape == (3, 3, 8) and math.isfinite(record["spread_drift"])
+    assert record["quantiles"].shape == record["output_quantiles"].shape == (3, 3, 8)
+    assert math.isfinite(record["spread_drift"]) and math.isfinite(record["output_drift"])
+    assert record["diverged_at"] is None and math.isfinite(record["final_loss"])
     with pytest.raises(ValueError):
         wn.train_shift_run("LayerNorm")
     with pytest.raises(ValueError):
         wn.train_shift_run("none", steps=0)
+
+
+def test_batchnorm_output_is_beta_and_gamma_by_construction_while_its_input_is_free():
+    record = wn.train_shift_run("BatchNorm", steps=30, lr=0.2, seed=1)
+    net, bn = record["net"], record["net"].norms[-1]
+    with torch.no_grad():
+        z, out = net.last_hidden(wn.probe_batch())
+    var = z.var(0, unbiased=False)
+    torch.testing.assert_close(out.mean(0), bn.bias, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.std(0, unbiased=False), bn.weight.abs() * torch.sqrt(var / (var + bn.eps)))
+    plain = wn.train_shift_run("none", steps=30, lr=0.2, seed=1)
+    torch.testing.assert_close(torch.tensor(plain["quantiles"]), torch.tensor(plain["output_quantiles"]))
+
+
+def test_a_diverging_run_stops_and_says_where():
+    race = wn.learning_rate_race(1.0, seed=0)
+    plain, normed = race["none"], race["BatchNorm"]
+    assert plain["diverged_at"] is not None and len(plain["loss"]) == plain["diverged_at"]
+    assert math.isnan(plain["final_loss"]) and normed["diverged_at"] is None and normed["final_loss"] < 0.8
+
+
+def test_covariate_shift_demo_refuses_a_learning_rate_it_does_not_offer():
+    demo = wn.covariate_shift_demo(steps=20)
+    demo.controls["lr"] = widgets.FloatText(value=0.3)
+    assert demo.run(background=False) is None and "learning rate" in demo.last_error
+
+
+def test_every_claim_of_notebook_01_has_an_experiment_with_a_control_where_it_makes_one():
+    ids = {f"C0{i}" for i in range(1, 9)} | {"C54", "C55", "C56", "C57"}
+    mine = {c for c, e in EXPERIMENTS.items() if e.notebook == "01_why_normalize"}
+    assert ids <= mine
+    for claim in ("C01", "C04", "C05", "C07", "C08", "C54", "C55", "C56", "C57"):
+        assert any(not s.expect for s in EXPERIMENTS[claim].settings), claim
 
 
 def test_covariate_shift_demo_runs_synchronously():

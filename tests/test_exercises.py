@@ -1,10 +1,12 @@
 """The checkers catch the classic mistakes, pass correct answers, and never raise."""
+import inspect
 import math
 
 import pytest
 import torch
 
 from course_utils import exercises, norms
+from course_utils.transformer import TransformerBlock
 
 
 def _layer_norm_unbiased(x, w, b, eps):
@@ -47,12 +49,61 @@ def test_masked_batch_stats_checker_explains_the_unbiased_variance():
     assert not padded.passed
 
 
+def test_masked_batch_stats_checker_rejects_the_one_pass_variance_and_says_why():
+    one_pass = exercises.check_masked_batch_stats(lambda x, m: (x[m].mean(0), (x[m] ** 2).mean(0) - x[m].mean(0) ** 2))
+    assert not one_pass.passed and "catastrophic cancellation" in one_pass.first_failure.detail
+    large_mean = next(c for c in one_pass.cases if c.name.startswith("mean 1e4"))
+    assert not large_mean.passed and large_mean.max_error > 1.0  # the variance is about 1: every digit is lost
+
+
+def _post(block, x, norm1=None, norm2=None):
+    x = (norm1 or block.norm1)(x + block.attn(x))
+    return (norm2 or block.norm2)(x + block.ffn(x))
+
+
 def test_post_ln_checker():
-    def post(block, x):
-        x = block.norm1(x + block.attn(x))
-        return block.norm2(x + block.ffn(x))
-    assert exercises.check_post_ln_forward(post).passed
+    assert exercises.check_post_ln_forward(_post).passed
     assert not exercises.check_post_ln_forward(lambda block, x: block(x)).passed
+    swapped = exercises.check_post_ln_forward(lambda block, x: _post(block, x, block.norm2, block.norm1))
+    twice = exercises.check_post_ln_forward(lambda block, x: _post(block, x, block.norm1, block.norm1))
+    assert "swapped" in swapped.first_failure.detail and "norm1 is used for both" in twice.first_failure.detail
+
+
+def test_post_ln_checker_rejects_calling_the_block_and_puts_it_back():
+    blocks = []
+
+    def via_the_module(block, x):
+        blocks.append(block)
+        block.placement = "post"
+        return block(x)
+
+    report = exercises.check_post_ln_forward(via_the_module)
+    assert not report.passed and report.first_failure.detail == (
+        "write the Post-LN update from block.attn, block.ffn, block.norm1 and block.norm2; calling the block itself "
+        "is not the exercise")
+    assert blocks and all(block.placement == "pre" for block in blocks)
+
+
+def test_deepnorm_checker():
+    def deepnorm(block, x, alpha):
+        h = block.norm1(alpha * x + block.attn(x))
+        return block.norm2(alpha * h + block.ffn(h))
+
+    assert exercises.check_deepnorm_forward(deepnorm).passed
+    post_ln = exercises.check_deepnorm_forward(lambda block, x, alpha: _post(block, x))
+    assert not post_ln.passed and post_ln.cases[0].passed  # alpha = 1 is a case, where DeepNorm is Post-LN
+    assert "α is missing" in post_ln.first_failure.detail
+    called = exercises.check_deepnorm_forward(lambda block, x, alpha: block(x))
+    assert "calling the block itself is not the exercise" in called.first_failure.detail
+
+
+@pytest.mark.skipif("residual_scale" not in inspect.signature(TransformerBlock).parameters,
+                    reason="TransformerBlock has no DeepNorm option yet")
+def test_the_deepnorm_reference_agrees_with_the_blocks_deepnorm_option():
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    for alpha in (1.0, 12 ** 0.25, 3.0):
+        block = TransformerBlock(16, 4, placement="post", residual_scale=alpha).double()
+        torch.testing.assert_close(exercises._deepnorm(block, x, alpha), block(x), rtol=0, atol=1e-12)
 
 
 def test_checkers_never_raise_on_broken_answers():
@@ -60,7 +111,8 @@ def test_checkers_never_raise_on_broken_answers():
         raise NotImplementedError
 
     for check in (exercises.check_layer_norm, exercises.check_rms_norm, exercises.check_masked_batch_stats,
-                  exercises.check_post_ln_forward, exercises.check_depth_scaled_gain, exercises.check_softcap,
+                  exercises.check_post_ln_forward, exercises.check_deepnorm_forward,
+                  exercises.check_depth_scaled_gain, exercises.check_softcap,
                   exercises.check_qk_norm_logits):
         for fn in (not_done, lambda *a: None, lambda *a: "text", lambda *a: 1 / 0):
             report = check(fn)
@@ -116,4 +168,5 @@ def test_a_checker_leaves_the_learners_random_state_alone():
     torch.manual_seed(123)
     before = torch.get_rng_state()
     exercises.check_post_ln_forward(lambda block, x: x)
+    exercises.check_deepnorm_forward(lambda block, x, alpha: x)
     assert torch.equal(torch.get_rng_state(), before)

@@ -14,6 +14,15 @@ from course_utils.quiz import cli, load_quiz
 from course_utils.quiz.cli import main
 
 QUIZ = {stem: load_quiz(stem) for stem in ("01_why_normalize", "03_layernorm")}
+POINTS = {stem: sum(q.points for q in quiz.questions) for stem, quiz in QUIZ.items()}
+
+
+def pts(x: float) -> str:
+    """A score as the gradebook writes it."""
+    return f"{round(x, 4):g}"
+
+
+FULL, P01, P03 = pts(sum(POINTS.values())), pts(POINTS["01_why_normalize"]), pts(POINTS["03_layernorm"])
 ASSIGNMENT = '''title = "Norms, part 1"
 due = 2026-12-15T23:59:00Z
 [late]
@@ -97,7 +106,7 @@ def test_an_lms_download_gives_one_row_per_student_with_totals_over_every_notebo
              canvas("nunezjose", 102, 5003, "01_why_normalize"): notebook("01_why_normalize", wrong)}
     code, rows = grade(tmp_path, files)
     assert list(rows) == ["s1", "s2", "s3"]  # roster order; the student who handed in nothing has a row too
-    assert rows["s1"]["total"] == "6" and rows["s1"]["max"] == "6" and rows["s1"]["status"] == "ok"
+    assert rows["s1"]["total"] == FULL and rows["s1"]["max"] == FULL and rows["s1"]["status"] == "ok"
     assert rows["s1"]["percent"] == "100.0" and rows["s1"]["name"] == "Smith, Jane"
     assert rows["s2"]["total"] == "0" and "missing 03_layernorm" in rows["s2"]["status"]
     assert rows["s3"]["status"] == "no submission" and rows["s3"]["total"] == "0"
@@ -112,31 +121,31 @@ def test_the_latest_resubmission_counts_and_lateness_is_deducted(tmp_path):
              canvas("smithjane", 101, 5002, "03_layernorm"): notebook("03_layernorm")}
     _, rows = grade(tmp_path, files)
     row = rows["s1"]
-    # The LMS marks the resubmission late without a time: one day, 25% off that notebook's 3 points.
-    assert row["late"] == "yes" and row["total"] == "5.25"
+    # The LMS marks the resubmission late without a time: one day, 25% off that notebook's points.
+    assert row["late"] == "yes" and row["total"] == pts(0.75 * POINTS["01_why_normalize"] + POINTS["03_layernorm"])
     feedback = (tmp_path / "out" / "feedback" / "s1.md").read_text(encoding="utf-8")
     assert "was replaced by a later submission" in feedback and "25% deducted" in feedback
 
 
 @pytest.mark.parametrize("stamp,hours_late,total,late", [
-    ("2026-12-15 20:00:00.000000 UTC", 0, "6", "no"),
-    ("2026-12-16 00:05:00.000000 UTC", 0, "6", "no"),       # inside the 10-minute grace period
-    ("2026-12-16 05:00:00.000000 UTC", 5, "4.5", "yes"),    # a started day: 25% off both notebooks
-    ("2026-12-18 01:00:00.000000 UTC", 49, "1.5", "yes"),   # three started days: 75% off
-    ("2026-12-20 00:00:00.000000 UTC", 96, "0", "yes"),     # past max_days: late work scores 0
+    ("2026-12-15 20:00:00.000000 UTC", 0, 1.0, "no"),
+    ("2026-12-16 00:05:00.000000 UTC", 0, 1.0, "no"),       # inside the 10-minute grace period
+    ("2026-12-16 05:00:00.000000 UTC", 5, 0.75, "yes"),     # a started day: 25% off both notebooks
+    ("2026-12-18 01:00:00.000000 UTC", 49, 0.25, "yes"),    # three started days: 75% off
+    ("2026-12-20 00:00:00.000000 UTC", 96, 0.0, "yes"),     # past max_days: late work scores 0
 ])
 def test_nbgrader_timestamps_decide_lateness(tmp_path, stamp, hours_late, total, late):
     files = {f"submitted/jsmith/ps1/{stem}.ipynb": notebook(stem) for stem in QUIZ}
     files["submitted/jsmith/ps1/timestamp.txt"] = stamp
     _, rows = grade(tmp_path, files)
-    assert (rows["s1"]["total"], rows["s1"]["late"]) == (total, late)
+    assert (rows["s1"]["total"], rows["s1"]["late"]) == (pts(total * sum(POINTS.values())), late)
 
 
 def test_home_folders_and_a_zip_of_an_lms_download_are_recognised(tmp_path):
     home = {f"jupyter-jsmith/course/notebooks/{stem}.ipynb": notebook(stem) for stem in QUIZ}
     home["jnunez/01_why_normalize.ipynb"] = notebook("01_why_normalize")
     _, rows = grade(tmp_path, home)
-    assert rows["s1"]["total"] == "6" and rows["s2"]["total"] == "3"
+    assert rows["s1"]["total"] == FULL and rows["s2"]["total"] == P01
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as zf:
@@ -145,7 +154,7 @@ def test_home_folders_and_a_zip_of_an_lms_download_are_recognised(tmp_path):
     (tmp_path / "download.zip").write_bytes(buffer.getvalue())
     (tmp_path / "zip").mkdir()
     _, rows = grade(tmp_path / "zip", target=tmp_path / "download.zip")
-    assert rows["s2"]["total"] == "6" and rows["s1"]["status"] == "no submission"
+    assert rows["s2"]["total"] == FULL and rows["s1"]["status"] == "no submission"
 
 
 def test_without_a_roster_students_come_from_the_layout(tmp_path):
@@ -153,7 +162,7 @@ def test_without_a_roster_students_come_from_the_layout(tmp_path):
     files["ada/01_why_normalize.ipynb"] = notebook("01_why_normalize")
     files["loose.ipynb"] = notebook("01_why_normalize")
     code, rows = grade(tmp_path, files, roster=None)
-    assert set(rows) == {"101", "ada"} and rows["101"]["total"] == "6" and rows["101"]["name"] == "smithjane"
+    assert set(rows) == {"101", "ada"} and rows["101"]["total"] == FULL and rows["101"]["name"] == "smithjane"
     assert code == cli.EXIT_PROBLEMS  # loose.ipynb belongs to nobody, and says so
 
 
@@ -164,21 +173,21 @@ def test_the_lms_gradebook_export_works_as_a_roster_as_it_is(tmp_path):
                      '"Student, Test",999,,,A,\n')
     files = {canvas("smithjane", 101, 1, stem): notebook(stem) for stem in QUIZ}
     _, rows = grade(tmp_path, files, roster=canvas_export)
-    assert list(rows) == ["s1"] and rows["s1"]["total"] == "6" and rows["s1"]["login"] == "jsmith"
+    assert list(rows) == ["s1"] and rows["s1"]["total"] == FULL and rows["s1"]["login"] == "jsmith"
     no_sis = canvas_export.replace(",s1,", ",,")  # a course with no SIS: Canvas's own ID names the student
     _, rows = grade(tmp_path, files, roster=no_sis)
-    assert rows["101"]["total"] == "6" and rows["101"]["name"] == "Smith, Jane"
+    assert rows["101"]["total"] == FULL and rows["101"]["name"] == "Smith, Jane"
     moodle_export = "First name,Last name,ID number,Email address\nJane,Smith,s1,jane@uni.edu\n"
     files = {f"jane@uni.edu/{stem}.ipynb": notebook(stem) for stem in QUIZ}
     _, rows = grade(tmp_path, files, roster=moodle_export)
-    assert rows["s1"]["name"] == "Jane Smith" and rows["s1"]["total"] == "6"
+    assert rows["s1"]["name"] == "Jane Smith" and rows["s1"]["total"] == FULL
 
 
 def test_a_renamed_file_is_recognised_by_its_course_stamp_or_its_name(tmp_path):
     files = {"jsmith/Copy of lesson (1).ipynb": notebook("01_why_normalize"),
              "jsmith/my_03_LayerNorm work-2.ipynb": notebook("03_layernorm", stamp=False)}
     _, rows = grade(tmp_path, files)
-    assert rows["s1"]["total"] == "6"
+    assert rows["s1"]["total"] == FULL
 
 
 # ------------------------------------------------------------------------------------- exactly the assignment's questions
@@ -187,7 +196,7 @@ def test_answers_outside_the_notebooks_quizzes_are_reported_never_graded(tmp_pat
     cheat = notebook("01_why_normalize", extra=('answer("05_rmsnorm.q1", "b")', 'answer("03_layernorm.q1", "a")'))
     files = {"jsmith/01_why_normalize.ipynb": cheat, "jnunez/01_why_normalize.ipynb": notebook("01_why_normalize")}
     _, rows = grade(tmp_path, files)
-    assert rows["s1"]["total"] == rows["s2"]["total"] == "3"
+    assert rows["s1"]["total"] == rows["s2"]["total"] == P01
     assert not any("05_rmsnorm" in c for c in rows["s1"])
     feedback = (tmp_path / "out" / "feedback" / "s1.md").read_text(encoding="utf-8")
     assert "2 answer(s) not part of this notebook's quizzes, not graded" in feedback
@@ -205,7 +214,7 @@ def test_without_an_assignment_the_grader_asks_for_one(tmp_path, capsys):
     assert main([str(tmp_path / "c"), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
     assert "--assignment" in capsys.readouterr().err and not (tmp_path / "o").exists()
     assert main([str(tmp_path / "c"), "--out", str(tmp_path / "o"), "--quiz", "01_why_normalize"]) == cli.EXIT_OK
-    assert read_rows(tmp_path / "o" / "gradebook.csv")["jsmith"]["total"] == "3"
+    assert read_rows(tmp_path / "o" / "gradebook.csv")["jsmith"]["total"] == P01
 
 
 @pytest.mark.parametrize("text,where", [
@@ -259,13 +268,13 @@ def test_canvas_and_moodle_imports_follow_their_formats(tmp_path):
     out = tmp_path / "out"
     lines = read_rows(out / "canvas_import.csv", key=None)
     assert list(lines[0]) == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Norms, part 1"]
-    assert lines[0]["Student"] == "Points Possible" and lines[0]["Norms, part 1"] == "6"
+    assert lines[0]["Student"] == "Points Possible" and lines[0]["Norms, part 1"] == FULL
     assert lines[1] == {"Student": "Smith, Jane", "ID": "101", "SIS User ID": "s1", "SIS Login ID": "jsmith",
-                        "Section": "A", "Norms, part 1": "6"}
+                        "Section": "A", "Norms, part 1": FULL}
     moodle = read_rows(out / "moodle_import.csv", key="Email address")
-    assert moodle["jane@uni.edu"]["Norms, part 1"] == "6"
-    assert moodle["never@uni.edu"]["Feedback"] == "0 of 6 points; no submission"
-    assert moodle["jane@uni.edu"]["Feedback"] == "6 of 6 points"
+    assert moodle["jane@uni.edu"]["Norms, part 1"] == FULL
+    assert moodle["never@uni.edu"]["Feedback"] == f"0 of {FULL} points; no submission"
+    assert moodle["jane@uni.edu"]["Feedback"] == f"{FULL} of {FULL} points"
     assert (out / "canvas_import.csv").read_bytes().startswith(b"\xef\xbb\xbf")  # Excel reads the accents right
 
 
@@ -283,7 +292,7 @@ def test_open_answers_go_to_a_manual_grading_file_and_hand_scores_merge_back(tmp
     assignment, review = with_hand_graded_item('r"""The sum grows with depth."""')
     files = {"jsmith/07_review.ipynb": review, "jnunez/07_review.ipynb": review.replace("grows", "=shrinks")}
     _, rows = grade(tmp_path, files, assignment=assignment)
-    assert rows["s1"]["self_check.s1 (manual)"] == "" and rows["s1"]["max"] == "8"
+    assert rows["s1"]["self_check.s1 (manual)"] == "" and rows["s1"]["max"] == pts(sum(POINTS.values()) + 2)
     manual = read_rows(tmp_path / "out" / "manual_grading.csv", key=None)
     assert [(m["student_id"], m["question"], m["points"]) for m in manual] == [("s1", "self_check.s1", "2"),
                                                                                ("s2", "self_check.s1", "2")]
@@ -356,7 +365,7 @@ def test_python_dash_m_and_the_console_script_run_the_grader(tmp_path):
                            "01_why_normalize", "--out", str(tmp_path / "o")], capture_output=True, text=True,
                           cwd=tmp_path, check=False)
     assert done.returncode == 0 and "1 ok" in done.stdout, done.stderr
-    assert read_rows(tmp_path / "o" / "gradebook.csv")["ada"]["total"] == "3"
+    assert read_rows(tmp_path / "o" / "gradebook.csv")["ada"]["total"] == P01
 
 
 def test_progress_bar_on_large_classes_only(tmp_path, capsys):
@@ -401,12 +410,12 @@ def test_a_zip_a_student_handed_in_inside_the_lms_zip_is_theirs(tmp_path):
     (tmp_path / "download.zip").write_bytes(outer.getvalue())
     (tmp_path / "zip").mkdir()
     _, rows = grade(tmp_path / "zip", target=tmp_path / "download.zip")
-    assert rows["s2"]["total"] == "6" and rows["s2"]["status"] == "ok"
+    assert rows["s2"]["total"] == FULL and rows["s2"]["status"] == "ok"
     # The same inner zip saved loose in a folder, with its LMS name: still whose it says.
     loose = tmp_path / "loose"
     write(loose, {canvas("smithjane", 101, 7002, "notebooks.zip").replace(".ipynb", ""): inner.getvalue()})
     _, rows = grade(tmp_path, target=loose)
-    assert rows["s1"]["total"] == "6"
+    assert rows["s1"]["total"] == FULL
 
 
 def test_two_files_for_one_notebook_with_nothing_to_order_them_are_a_problem(tmp_path):
@@ -430,7 +439,7 @@ def test_another_weeks_notebooks_are_noted_not_problems(tmp_path):
     files = {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize"),
              "jsmith/03_layernorm.ipynb": notebook("03_layernorm")}
     code, rows = grade(tmp_path, files, roster=None, assignment=week)
-    assert rows["jsmith"]["status"] == "ok" and rows["jsmith"]["total"] == "3" and code == cli.EXIT_OK
+    assert rows["jsmith"]["status"] == "ok" and rows["jsmith"]["total"] == P01 and code == cli.EXIT_OK
     feedback = (tmp_path / "out" / "feedback" / "jsmith.md").read_text(encoding="utf-8")
     assert "03_layernorm.ipynb: not one of this assignment's notebooks; not graded" in feedback
 
@@ -486,8 +495,9 @@ def test_feedback_without_explanations_gives_no_key_away(tmp_path):
         assert not any(m.feedback.splitlines()[0] in text for m in q.mistakes)
 
 
-@pytest.mark.parametrize("unknown_days,total", [(1, "4.5"), (3, "1.5"), (4, "0")])
-def test_an_lms_late_flag_counts_as_unknown_days(tmp_path, unknown_days, total):
+@pytest.mark.parametrize("unknown_days,share", [(1, 0.75), (3, 0.25), (4, 0.0)])
+def test_an_lms_late_flag_counts_as_unknown_days(tmp_path, unknown_days, share):
+    total = pts(share * sum(POINTS.values()))
     assignment = ASSIGNMENT.replace("max_days = 3", f"max_days = 3\nunknown_days = {unknown_days}")
     files = {canvas("smithjane", 101, 9, stem, late=True): notebook(stem) for stem in QUIZ}
     _, rows = grade(tmp_path, files, assignment=assignment)

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 
 from course_utils import minilm, residual
 from course_utils.bench import load_panels
-from course_utils.course import NOTEBOOKS, lesson_functions, lesson_sources, notebook
-from course_utils.panel import build_panel, lesson_parameters
+from course_utils.course import NOTEBOOKS, lesson_functions, lesson_parameters, lesson_sources, notebook
+from course_utils.panel import build_panel
 from course_utils.transformer import TransformerBlock, softcap
 
 LESSONS = {
     "01_why_normalize": {"residual_stack"},
-    "03_layernorm": {"layer_norm", "layer_norm_unbiased", "layer_norm_eps_on_std"},
+    "03_layernorm": {"layer_norm", "layer_norm_unbiased", "layer_norm_eps_on_std", "layer_norm_jacobian"},
     "04_pre_vs_post_ln": {"measure_at_init"},
     "05_rmsnorm": {"rms_norm", "layer_norm"},
     "06_qk_norm_and_softcapping": {"attention_probs", "softcap_logits"},
@@ -92,6 +92,15 @@ def test_residual_stack_placements_match_their_equations():
 
 
 # ---- notebooks 03 and 05 --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d", [2, 12, 64])
+def test_layer_norm_jacobian_is_autograds(d):
+    """Notebook 03's closed form (I - 11^T/d - x^ x^T/d)/sigma, against autograd of PyTorch's LayerNorm."""
+    jacobian = lesson_functions("03_layernorm")["layer_norm_jacobian"]
+    x = torch.randn(d, generator=torch.Generator().manual_seed(d), dtype=torch.float64) * 3 + 1
+    expected = torch.autograd.functional.jacobian(lambda v: F.layer_norm(v, (d,), eps=0.0), x)
+    torch.testing.assert_close(jacobian(x), expected)
+
 
 @pytest.mark.parametrize("notebook_id", ["03_layernorm", "05_rmsnorm"])
 def test_layer_norm_matches_pytorch_forward_and_backward(notebook_id):

@@ -85,6 +85,8 @@ def test_a_plain_wheel_carries_the_quizzes_and_data_as_package_data(tmp_path):
         assert f"course_utils/_quizzes/{quiz.name}" in names
     assert "course_utils/_quizzes/assignments/whole_course.toml" in names
     assert "course_utils/_data/sentences.json" in names
+    reports = sorted((ROOT / "data" / "robustness").glob("C*.json"))
+    assert reports and all(f"course_utils/_data/robustness/{r.name}" in names for r in reports)
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     probe = ("from course_utils.quiz import quiz_dir, load_quiz; from course_utils.resources import course_folder; "
              "print(quiz_dir()); print(course_folder('data')); print(load_quiz('chapter_2_4').title)")

@@ -251,3 +251,32 @@ def test_record_holds_what_each_norm_and_sublayer_sees(placement):
 def test_block_forward_rejects_wrong_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TransformerBlock(16, 4)(torch.randn(2, 3, 16), **kwargs)
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_residual_scale_scales_the_skip_path_and_defaults_to_the_plain_block(placement):
+    torch.manual_seed(0)
+    plain = TransformerBlock(16, 4, placement=placement)
+    scaled = TransformerBlock(16, 4, placement=placement, residual_scale=1.7)
+    scaled.load_state_dict(plain.state_dict())
+    assert plain.residual_scale == 1.0
+    x = torch.randn(2, 5, 16)
+    if placement == "post":  # DeepNorm: x = LN(alpha x + F(x)) for both sublayers
+        h = plain.norm1(1.7 * x + plain.attn(x))
+        expected = plain.norm2(1.7 * h + plain.ffn(h))
+    else:
+        h = 1.7 * x + plain.attn(plain.norm1(x))
+        expected = 1.7 * h + plain.ffn(plain.norm2(h))
+    torch.testing.assert_close(scaled(x), expected)
+    one = TransformerBlock(16, 4, placement=placement, residual_scale=1)
+    one.load_state_dict(plain.state_dict())
+    assert torch.equal(one(x), plain(x))  # 1 is the plain block, bit for bit
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="residual_scale"):
+            TransformerBlock(16, 4, residual_scale=bad)
+
+
+def test_tiny_lm_passes_residual_scale_to_every_block():
+    model = TinyLM(16, d_model=16, n_layers=3, n_heads=2, residual_scale=2.0)
+    assert [b.residual_scale for b in model.blocks] == [2.0] * 3
+    assert [b.residual_scale for b in TinyLM(16, d_model=16, n_layers=2, n_heads=2).blocks] == [1.0, 1.0]

@@ -1,29 +1,36 @@
-"""Notebook 02 (BatchNorm and padding): padded batches, contaminated statistics, batch-mate coupling, train vs eval.
+"""Notebook 02 (BatchNorm and padding): padded batches, contaminated statistics, batch-mate coupling, statistics that
+see the future, train vs eval.
 
 Token features are N(mean_k, std_k^2) per feature k with a different mean and spread for each feature, so padding
 (zeros) visibly pulls every feature's statistics. Notebook 02 writes the statistics inline; these builders make the
-batches and wire the panels.
+batches, wire the panels, and hold the computation of each claim cell, which the claim experiments at the end of this
+module rerun over seeds and settings (course_utils.evidence).
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from ..figures import color, live_figure, live_subplots
-from ..norms import batch_norm, masked_mean_var
+from ..evidence import Outcome, Setting, claim_experiment
+from ..figures import color, live_figure, live_subplots, static_figure
+from ..norms import MaskedBatchNorm1d, batch_norm, masked_mean_var
 from ..panel import Panel, register_panel
 from ..synthetic import padded_batch
 
 __all__ = [
     "N_FEATURES", "FEATURE_MEAN", "FEATURE_STD", "BATCH_SIZE", "MAX_LEN",
     "lengths_for", "token_batch", "contaminated_stats", "predicted_contamination", "per_position_stats",
-    "normalize", "COMPARED_NORMS", "coupling_batches", "sentence_outputs", "drifting_batches", "running_stats_figure",
-    "padding_panel", "coupling_panel",
+    "normalize", "COMPARED_NORMS", "TIME_NORMS", "per_position_norm", "coupling_batches", "sentence_outputs",
+    "drifting_batches", "running_stats_figure", "padding_panel", "coupling_panel",
+    "padding_contamination", "position_padding", "coupling_changes", "padding_sweep", "future_leak",
+    "generation_prefix", "generation_prefix_figure", "recover_last_token", "trained_modules", "train_vs_eval_gap",
+    "train_vs_eval_gaps", "one_token_in_training", "lone_token_gaps", "running_var_estimate",
 ]
 
 N_FEATURES = 8
@@ -33,6 +40,8 @@ BATCH_SIZE = 16
 MAX_LEN = 64
 COMPARED_NORMS = ("BatchNorm (padding included)", "BatchNorm (padding masked)", "LayerNorm")
 SHORT_NAMES = ("BN, pads in", "BN, masked", "LayerNorm")  # COMPARED_NORMS in plot labels
+PER_POSITION = "BatchNorm per position (masked)"
+TIME_NORMS = (*COMPARED_NORMS[:2], PER_POSITION, COMPARED_NORMS[2])  # the norms section 3 compares over time
 
 
 def lengths_for(padding_share: float, spread: float, batch_size: int = BATCH_SIZE, max_len: int = MAX_LEN) -> Tensor:
@@ -102,6 +111,15 @@ def per_position_stats(x: Tensor, mask: Tensor) -> dict[str, Tensor]:
     return {"pad_share": pad_share, "mean_error": (mean_t - true_mean).abs().mean(-1)}
 
 
+def per_position_norm(x: Tensor, mask: Tensor, eps: float = 1e-5) -> Tensor:
+    """x: (batch, seq, d) normalized with statistics over the batch's real tokens at each position t separately."""
+    w = mask.unsqueeze(-1).to(x.dtype)
+    n = w.sum(0).clamp_min(1.0)                      # (seq, 1): real tokens at position t
+    mean = (x * w).sum(0) / n
+    var = (((x - mean) ** 2) * w).sum(0) / n
+    return (x - mean) / torch.sqrt(var + eps)
+
+
 def normalize(x: Tensor, mask: Tensor, kind: str) -> Tensor:
     """x: (batch, seq, d) normalized the `kind` way (training-mode batch statistics; no γ, β)."""
     if kind == COMPARED_NORMS[0]:
@@ -110,7 +128,9 @@ def normalize(x: Tensor, mask: Tensor, kind: str) -> Tensor:
         return batch_norm(x, mask)
     if kind == COMPARED_NORMS[2]:
         return F.layer_norm(x, x.shape[-1:])
-    raise ValueError(f"kind must be one of {COMPARED_NORMS}, got {kind!r}")
+    if kind == PER_POSITION:
+        return per_position_norm(x, mask)
+    raise ValueError(f"kind must be one of {TIME_NORMS}, got {kind!r}")
 
 
 SENTENCE_LEN = 12
@@ -292,3 +312,365 @@ def running_stats_figure(current_mean: Tensor, running: dict[str, Tensor]) -> go
         fig.add_bar(x=features, y=values.tolist(), name=name, marker_color=color(j + 1))
     fig.update_layout(barmode="group")
     return fig
+
+
+# ---- the computations behind notebook 02's claim cells (the notebook and the claim experiments both call these) ----
+
+def padding_contamination(seed: int = 0, padding_share: float = 0.5, spread: float = 0.5) -> dict:
+    """C09: a padded batch's pooled statistics vs the formula (1-p)μ, (1-p)σ² + p(1-p)μ²; the worst mean error."""
+    x, mask = token_batch(lengths_for(padding_share, spread), seed=seed)
+    s = contaminated_stats(x, mask)
+    s["predicted_mean"], s["predicted_var"] = predicted_contamination(s["true_mean"], s["true_var"],
+                                                                      s["padding_share"])
+    s["formula_error"] = float(torch.maximum((s["padded_mean"] - s["predicted_mean"]).abs().max(),
+                                             (s["padded_var"] - s["predicted_var"]).abs().max()))
+    s["worst_mean_error"] = float((s["padded_mean"] - s["true_mean"]).abs().max())
+    s["x"], s["mask"] = x, mask
+    return s
+
+
+def position_padding(seed: int = 0, padding_share: float = 0.5) -> dict[str, dict[str, Tensor]]:
+    """C10: per-position statistics of a batch with equal and with the most varied lengths."""
+    return {name: per_position_stats(*token_batch(lengths_for(padding_share, spread), seed=seed))
+            for name, spread in (("equal lengths", 0.0), ("most varied lengths", 1.0))}
+
+
+def coupling_changes(seed: int = 0, padded_len: int = 56, mate_shift: float = 1.0) -> dict[str, dict[str, float]]:
+    """C11: per norm of COMPARED_NORMS, the largest change of the unchanged sentence's output in each changed batch."""
+    batches = coupling_batches(padded_len, mate_shift, seed=seed)
+    changes = {}
+    for kind in COMPARED_NORMS:
+        out = sentence_outputs(batches, kind)
+        changes[kind] = {case: (out[case] - out["reference"]).abs().max().item()
+                         for case in ("more_padding", "other_mates")}
+    return changes
+
+
+def padding_sweep(padded_lens=(17, 35, 69), seed: int = 0) -> dict[str, list[float]]:
+    """The same eight sentences padded further: padding share, BatchNorm's and masked BatchNorm's largest move of the
+    sentence, and how far BatchNorm's output is from what the contamination formula predicts for that share."""
+    n_real = SENTENCE_LEN + sum(MATE_LENGTHS)
+    out = {"share": [], "move": [], "masked_move": [], "formula_gap": []}
+    for padded_len in padded_lens:
+        batches = coupling_batches(padded_len, seed=seed)
+        bn = sentence_outputs(batches, COMPARED_NORMS[0])
+        masked = sentence_outputs(batches, COMPARED_NORMS[1])
+        x, mask = batches["more_padding"]
+        share = 1 - n_real / (x.shape[0] * padded_len)
+        true_mean, true_var, _ = masked_mean_var(x, mask)
+        mean, var = predicted_contamination(true_mean, true_var, share)
+        predicted = (x[0, :SENTENCE_LEN] - mean) / torch.sqrt(var + 1e-5)
+        out["share"].append(share)
+        out["move"].append((bn["more_padding"] - bn["reference"]).abs().max().item())
+        out["masked_move"].append((masked["more_padding"] - masked["reference"]).abs().max().item())
+        out["formula_gap"].append((bn["more_padding"] - predicted).abs().max().item())
+    return out
+
+
+def _causal_batch(seed: int, mate_shift: float = 0.0) -> tuple[Tensor, Tensor]:
+    """The reference batch of section 2: the 12-token sentence (row 0) and its 7 mates, padded to 14 (with mate_shift,
+    the mates from another domain)."""
+    batches = coupling_batches(seed=seed, mate_shift=mate_shift)
+    return batches["other_mates" if mate_shift else "reference"]
+
+
+def future_leak(seed: int = 0, changed: int = SENTENCE_LEN - 1) -> dict[str, float]:
+    """C58: replace only token `changed` of the sentence (default its last) by a fresh token; per norm of TIME_NORMS,
+    the largest change of the sentence's normalized output at position 0."""
+    x, mask = _causal_batch(seed)
+    if not 0 <= changed < SENTENCE_LEN:
+        raise ValueError(f"changed must be a position of the sentence, 0 to {SENTENCE_LEN - 1}, got {changed!r}")
+    other = x.clone()
+    other[0, changed] = token_batch([1], seed=seed + 500)[0][0, 0]
+    return {kind: (normalize(other, mask, kind)[0, 0] - normalize(x, mask, kind)[0, 0]).abs().max().item()
+            for kind in TIME_NORMS}
+
+
+def generation_prefix(seed: int = 0, mate_shift: float = 0.0) -> dict[str, list[float]]:
+    """C59: per norm of TIME_NORMS and per prefix length t = 1 .. padded length, the largest difference between the
+    sentence's output at position 0 when the batch holds only positions < t (as while generating) and when it holds
+    the whole sequences (as in training)."""
+    x, mask = _causal_batch(seed, mate_shift)
+    out = {}
+    for kind in TIME_NORMS:
+        full = normalize(x, mask, kind)[0, 0]
+        out[kind] = [(normalize(x[:, :t], mask[:, :t], kind)[0, 0] - full).abs().max().item()
+                     for t in range(1, x.shape[1] + 1)]
+    return out
+
+
+def generation_prefix_figure(prefix: dict[str, list[float]]) -> go.Figure:
+    """Lines per norm: how far position 0's output is from its training value, against the tokens generated so far."""
+    fig = static_figure("Position 0's output depends on how far generation has got",
+                        "tokens present in the batch (prefix length t)", "max |output at position 0 - training value|",
+                        height=380)
+    for j, (kind, diffs) in enumerate(prefix.items()):
+        fig.add_scatter(x=list(range(1, len(diffs) + 1)), y=diffs, mode="lines+markers", name=kind,
+                        line=dict(color=color(j), dash=("solid", "dash", "dot", "dashdot")[j % 4]))
+    return fig
+
+
+def recover_last_token(seed: int = 0, batch_size: int = 1, kind: str = COMPARED_NORMS[1]) -> dict[str, float]:
+    """C61: read the sentence's last token back from what a causal model shows position T-2: the tokens 0..T-2 and
+    their normalized values. Pooled statistics are μ = sum of every token / N and s = sqrt(σ² + eps), so two positions
+    give s = (x_0 - x_1) / (y_0 - y_1), μ = x_0 - s y_0, and, with one sentence in the batch, x_{T-1} = T μ - Σ x_t."""
+    lengths = [SENTENCE_LEN, *MATE_LENGTHS][:batch_size]
+    if len(lengths) != batch_size:
+        raise ValueError(f"batch_size must be 1 to {len(MATE_LENGTHS) + 1}, got {batch_size!r}")
+    x, mask = token_batch(lengths, seed=seed)
+    y = normalize(x, mask, kind)[0]
+    seen = x[0, :SENTENCE_LEN - 1]
+    s = (seen[0] - seen[1]) / (y[0] - y[1])
+    mu = seen[0] - s * y[0]
+    guess = SENTENCE_LEN * mu - seen.sum(0)
+    return {"error": (guess - x[0, SENTENCE_LEN - 1]).abs().max().item(),
+            "token_size": x[0, SENTENCE_LEN - 1].abs().max().item()}
+
+
+def trained_modules(steps: int = 200, drift: float = 1.0, padding_share: float = 0.5,
+                    seed: int = 0) -> dict[str, nn.Module]:
+    """nn.BatchNorm1d and MaskedBatchNorm1d trained side by side on drifting_batches, and a LayerNorm (float64)."""
+    torch_bn = nn.BatchNorm1d(N_FEATURES, affine=False, dtype=torch.float64)
+    masked_bn = MaskedBatchNorm1d(N_FEATURES, affine=False, dtype=torch.float64)
+    for x, mask in drifting_batches(steps, drift=drift, padding_share=padding_share, seed=seed):
+        torch_bn(x.transpose(1, 2))   # training mode: normalizes with batch statistics, updates its running ones
+        masked_bn(x, mask)
+    return {"BatchNorm1d (pads included)": torch_bn, "masked BatchNorm": masked_bn,
+            "LayerNorm": nn.LayerNorm(N_FEATURES, elementwise_affine=False, dtype=torch.float64)}
+
+
+def _call(module: nn.Module, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """module on x (batch, seq, d) or (n, d), whatever layout it takes."""
+    if isinstance(module, nn.BatchNorm1d):
+        return module(x.transpose(1, 2)).transpose(1, 2) if x.dim() == 3 else module(x)
+    if isinstance(module, MaskedBatchNorm1d):
+        return module(x, mask)
+    return module(x)
+
+
+def train_vs_eval_gap(module: nn.Module, x: Tensor, mask: Tensor) -> float:
+    """Mean |output in training mode - output in eval mode| over the real tokens of one batch (module left as is)."""
+    module = copy.deepcopy(module)      # a training-mode call would update the running statistics
+    outputs = []
+    for training in (True, False):
+        module.train(training)
+        outputs.append(_call(module, x, mask))
+    return (outputs[0] - outputs[1])[mask].abs().mean().item()
+
+
+def train_vs_eval_gaps(modules: dict[str, nn.Module], drift: float = 1.0, shares=(0.5, 0.2),
+                       seed: int = 0) -> dict[tuple[str, float], float]:
+    """C12: train_vs_eval_gap of each module on a fresh batch (seed + 7) at each padding share."""
+    gaps = {}
+    for share in shares:
+        x, mask = token_batch(lengths_for(share, 0.5), seed=seed + 7, shift=drift)
+        for name, module in modules.items():
+            gaps[name, share] = train_vs_eval_gap(module, x, mask)
+    return gaps
+
+
+def one_token_in_training(seed: int = 0, n_tokens: int = 1, drift: float = 1.0) -> dict:
+    """C13: a batch of n_tokens real tokens (n_tokens, d) through nn.BatchNorm1d in training mode: PyTorch's error (or
+    None), and what the batch statistics would have made of the tokens."""
+    tokens = token_batch([n_tokens], seed=seed + 3, shift=drift)[0][0]
+    bn = nn.BatchNorm1d(N_FEATURES, affine=False, dtype=torch.float64).train()
+    try:
+        bn(tokens)
+        error = None
+    except ValueError as err:
+        error = str(err)
+    mean, var = tokens.mean(0), tokens.var(0, unbiased=False)
+    return {"tokens": tokens, "error": error, "would_be": (tokens - mean) / torch.sqrt(var + bn.eps)}
+
+
+def lone_token_gaps(modules: dict[str, nn.Module], token: Tensor, drift: float = 1.0, seed: int = 0) -> dict:
+    """C14: the lone token (1, d) in eval mode vs the same token inside a training batch (seed + 11, masked batch
+    statistics): the largest difference per BatchNorm module, and LayerNorm's output alone and in the batch."""
+    x, mask = token_batch(lengths_for(0.5, 0.5), seed=seed + 11, shift=drift)
+    x[0, 0] = token[0]
+    names = list(modules)
+    reference = copy.deepcopy(modules[names[1]]).train()(x, mask)[0, 0]
+    out = {}
+    for name in names[:2]:
+        module = copy.deepcopy(modules[name]).eval()
+        out[name] = (module(token)[0] - reference).abs().max().item()
+    layer_norm = modules[names[2]]
+    out["LayerNorm alone"], out["LayerNorm in a batch"] = layer_norm(token)[0], layer_norm(x)[0, 0]
+    return out
+
+
+def running_var_estimate(seed: int = 0, lengths=(5, 3, 2, 4)) -> dict:
+    """C60: nn.BatchNorm1d (momentum 1, so the running statistics are this one batch's) on one padded batch: the
+    running variance over the biased batch variance, n, and how far the eval output is from the training output."""
+    x, _ = token_batch(list(lengths), seed=seed + 1)
+    bn = nn.BatchNorm1d(N_FEATURES, affine=False, momentum=1.0, dtype=torch.float64)
+    flat = x.reshape(-1, N_FEATURES)
+    n = flat.shape[0]
+    biased = flat.var(0, unbiased=False)
+    train_out = bn(x.transpose(1, 2)).transpose(1, 2)
+    eval_out = bn.eval()(x.transpose(1, 2)).transpose(1, 2)
+    by_formula = (x - flat.mean(0)) / torch.sqrt(biased + bn.eps)
+    big = train_out.abs() > 0.1   # the ratio of two outputs near 0 says nothing
+    return {"n": n, "ratio": bn.running_var / biased,
+            "train_formula_error": (train_out - by_formula).abs().max().item(),
+            "eval_shrink": float(1 - (eval_out[big] / train_out[big]).mean()),
+            "predicted_shrink": 1 - math.sqrt((n - 1) / n)}
+
+
+# ---- the claim experiments (python -m course_utils.robustness --notebooks 02_batchnorm_and_padding) -----------------
+
+@claim_experiment("C09", statement="With a share p of zero pads, BatchNorm's pooled per-feature mean is exactly (1-p)μ "
+                  "and its variance (1-p)σ² + p(1-p)μ², and the worst feature's mean is off by more than 0.5",
+                  figure="worst per-feature mean error (pooled mean - true mean)",
+                  settings=[Setting("50% padding, spread 50%", {"padding_share": 0.5, "spread": 0.5}),
+                            Setting("31% padding, most varied lengths", {"padding_share": 0.31, "spread": 1.0}),
+                            Setting("no padding (control: the pooled mean is the true mean)", {"padding_share": 0.0},
+                                    expect=False)])
+def c09_contamination(seed, *, padding_share=0.5, spread=0.5):
+    s = padding_contamination(seed, padding_share, spread)
+    return Outcome(holds=s["formula_error"] < 1e-12 and s["worst_mean_error"] > 0.5, figure=s["worst_mean_error"],
+                   detail=f"p {float(s['padding_share']):.2f}, formula off by {s['formula_error']:.1e}")
+
+
+@claim_experiment("C10", statement="Per-position statistics: the last of 64 positions is 15/16 padding, and the error "
+                  "of the per-position mean there exceeds 0.8 and three times the error at position 0",
+                  figure="error of the per-position mean at position 63 (mean over features), varied lengths",
+                  settings=[Setting("50% padding", {"padding_share": 0.5}),
+                            Setting("75% padding", {"padding_share": 0.75}),
+                            Setting("25% padding (limit: two varied sentences reach position 63, 14/16 pads)",
+                                    {"padding_share": 0.25}, expect=False),
+                            Setting("no padding (control: every position is real tokens)", {"padding_share": 0.0},
+                                    expect=False)])
+def c10_per_position(seed, *, padding_share=0.5):
+    pos = position_padding(seed, padding_share)
+    equal, varied = pos["equal lengths"], pos["most varied lengths"]
+    last = all(abs(p["pad_share"][-1].item() - 15 / 16) < 1e-12 for p in (equal, varied))
+    err0, err_last = varied["mean_error"][0].item(), varied["mean_error"][-1].item()
+    return Outcome(holds=last and varied["pad_share"][0] == 0 and err_last > max(0.8, 3 * err0), figure=err_last,
+                   detail=f"error at position 0 {err0:.2f}, last position pad share {varied['pad_share'][-1]:.3f}")
+
+
+@claim_experiment("C11", statement="An unchanged sentence's output moves by more than 0.5 under BatchNorm with more "
+                  "padding and with other batch mates; masked BatchNorm ignores the padding exactly (< 1e-12) but "
+                  "moves by more than 0.5 with the batch mates; LayerNorm moves in neither case",
+                  figure="BatchNorm's (padding included) largest change with more padding",
+                  settings=[Setting("padded to 56, mates shifted by +1", {"padded_len": 56, "mate_shift": 1.0}),
+                            Setting("padded to 28, mates shifted by -1", {"padded_len": 28, "mate_shift": -1.0}),
+                            Setting("no extra padding (control: BatchNorm's padding move is 0)",
+                                    {"padded_len": 14, "mate_shift": 1.0}, expect=False)])
+def c11_coupling(seed, *, padded_len=56, mate_shift=1.0):
+    c = coupling_changes(seed, padded_len, mate_shift)
+    bn, masked, ln = (c[k] for k in COMPARED_NORMS)
+    holds = (bn["more_padding"] > 0.5 and bn["other_mates"] > 0.5 and masked["more_padding"] < 1e-12
+             and masked["other_mates"] > 0.5 and ln["more_padding"] < 1e-12 and ln["other_mates"] < 1e-12)
+    return Outcome(holds=holds, figure=bn["more_padding"],
+                   detail=f"BatchNorm with mates {bn['other_mates']:.3g}; masked {masked['more_padding']:.2g} / "
+                          f"{masked['other_mates']:.3g}")
+
+
+@claim_experiment("C12", statement="After 200 drifting training batches at 50% padding, nn.BatchNorm1d's "
+                  "train-vs-eval gap on a 20%-padded batch is over 3x its gap on a 50%-padded one; masked BatchNorm's "
+                  "is under a third of nn.BatchNorm1d's; LayerNorm has none",
+                  figure="nn.BatchNorm1d's mean train-vs-eval gap on the test batch",
+                  settings=[Setting("test batch 20% padding", {"test_share": 0.2}),
+                            Setting("test batch 10% padding", {"test_share": 0.1}),
+                            Setting("trained without padding (control: the gap comes from the padding mismatch)",
+                                    {"train_share": 0.0}, expect=False)])
+def c12_train_vs_eval(seed, *, test_share=0.2, train_share=0.5):
+    modules = trained_modules(padding_share=train_share, seed=seed)
+    gaps = train_vs_eval_gaps(modules, shares=(0.5, test_share), seed=seed)
+    bn, masked, ln = list(modules)
+    holds = (gaps[bn, test_share] > 3 * gaps[bn, 0.5] and gaps[masked, test_share] < gaps[bn, test_share] / 3
+             and gaps[ln, 0.5] == 0 and gaps[ln, test_share] == 0)
+    return Outcome(holds=holds, figure=gaps[bn, test_share],
+                   detail=f"at 50%: {gaps[bn, 0.5]:.3f}; masked {gaps[masked, test_share]:.3f}")
+
+
+@claim_experiment("C13", statement="nn.BatchNorm1d in training mode refuses a batch of one token (ValueError: Expected "
+                  "more than 1 value per channel when training); its batch statistics would map every feature to 0",
+                  figure="largest |output| the one token's own batch statistics would give",
+                  settings=[Setting("one token", {"n_tokens": 1}),
+                            Setting("two tokens (control: training mode works)", {"n_tokens": 2}, expect=False)])
+def c13_one_token(seed, *, n_tokens=1):
+    r = one_token_in_training(seed, n_tokens)
+    would_be = r["would_be"].abs().max().item()
+    holds = r["error"] is not None and "Expected more than 1 value per channel when training" in r["error"]
+    return Outcome(holds=holds and would_be == 0, figure=would_be, detail=str(r["error"])[:60])
+
+
+@claim_experiment("C14", statement="A lone token in eval mode gets an output more than 0.5 from the one it gets "
+                  "inside a training batch under nn.BatchNorm1d trained on 50%-padded drifting batches; LayerNorm "
+                  "gives it exactly its in-batch output",
+                  figure="largest |eval-mode output - in-batch output|, nn.BatchNorm1d",
+                  settings=[Setting("trained at 50% padding, drift +1", {"padding_share": 0.5, "drift": 1.0}),
+                            Setting("trained at 30% padding, drift +1", {"padding_share": 0.3, "drift": 1.0}),
+                            Setting("trained without padding or drift (control)", {"padding_share": 0.0, "drift": 0.0},
+                                    expect=False)])
+def c14_lone_token(seed, *, padding_share=0.5, drift=1.0):
+    modules = trained_modules(drift=drift, padding_share=padding_share, seed=seed)
+    token = one_token_in_training(seed, drift=drift)["tokens"]
+    g = lone_token_gaps(modules, token, drift=drift, seed=seed)
+    bn = list(modules)[0]
+    holds = g[bn] > 0.5 and torch.allclose(g["LayerNorm alone"], g["LayerNorm in a batch"], rtol=0, atol=1e-12)
+    return Outcome(holds=holds, figure=g[bn], detail=f"masked {g[list(modules)[1]]:.3f}")
+
+
+@claim_experiment("C58", statement="Replacing only the sentence's last token moves its output at position 0 by more "
+                  "than 1e-3 under BatchNorm pooled over (batch, time), padding included or masked; under BatchNorm "
+                  "per position and LayerNorm by less than 1e-12",
+                  figure="masked BatchNorm's largest change at position 0",
+                  settings=[Setting("last token (position 11) replaced", {"changed": SENTENCE_LEN - 1}),
+                            Setting("token at position 6 replaced", {"changed": 6}),
+                            Setting("token at position 0 replaced (control: every norm moves)", {"changed": 0},
+                                    expect=False)])
+def c58_future_leak(seed, *, changed=SENTENCE_LEN - 1):
+    leak = future_leak(seed, changed)
+    bn, masked, per_position, ln = (leak[k] for k in TIME_NORMS)
+    holds = bn > 1e-3 and masked > 1e-3 and per_position < 1e-12 and ln < 1e-12
+    return Outcome(holds=holds, figure=masked,
+                   detail=f"pads in {bn:.3g}, per position {per_position:.2g}, LayerNorm {ln:.2g}")
+
+
+@claim_experiment("C59", statement="While the batch holds only the first t positions (as in generation), BatchNorm "
+                  "pooled over time gives position 0 an output more than 0.1 from its training value for some t, "
+                  "padding included or masked; per-position BatchNorm and LayerNorm give exactly the training value "
+                  "(< 1e-12) at every t", figure="masked BatchNorm's largest difference over t",
+                  settings=[Setting("the 8-sentence batch of section 2"),
+                            Setting("the 7 mates from another domain (+2)", {"mate_shift": 2.0})])
+def c59_generation_prefix(seed, *, mate_shift=0.0):
+    prefix = generation_prefix(seed, mate_shift)
+    bn, masked, per_position, ln = (max(prefix[k]) for k in TIME_NORMS)
+    holds = bn > 0.1 and masked > 0.1 and per_position < 1e-12 and ln < 1e-12
+    return Outcome(holds=holds, figure=masked, detail=f"pads in {bn:.3g}")
+
+
+@claim_experiment("C60", statement="nn.BatchNorm1d normalizes with the biased batch variance but stores the unbiased "
+                  "one (factor n/(n-1)) as running_var, so on a 20-position batch its eval output is more than 1% "
+                  "smaller than its training output even with running statistics from that same batch",
+                  figure="eval output / training output, 1 minus (mean over outputs above 0.1)",
+                  settings=[Setting("4 sequences padded to 5 (n = 20)", {"lengths": (5, 3, 2, 4)}),
+                            Setting("3 sequences padded to 4 (n = 12)", {"lengths": (4, 2, 3)}),
+                            Setting("16 sequences of 64 (n = 1024; limit: the gap is under 1%)",
+                                    {"lengths": (64,) * 16}, expect=False)])
+def c60_running_var(seed, *, lengths=(5, 3, 2, 4)):
+    r = running_var_estimate(seed, lengths)
+    n = r["n"]
+    exact = (r["ratio"] - n / (n - 1)).abs().max().item() < 1e-12 and r["train_formula_error"] < 1e-12
+    return Outcome(holds=exact and r["eval_shrink"] > 0.01, figure=r["eval_shrink"],
+                   detail=f"n {n}, predicted shrink {r['predicted_shrink']:.4f}")
+
+
+@claim_experiment("C61", statement="With one sentence in the batch, its last token is read back to 1e-8 from what a "
+                  "causal model shows position T-2 (tokens 0..T-2 and their BatchNorm outputs); with 8 sentences, or "
+                  "under LayerNorm, the same arithmetic misses it",
+                  figure="largest error of the recovered last token",
+                  settings=[Setting("one sentence, masked BatchNorm", {"batch_size": 1}),
+                            Setting("one sentence, BatchNorm with pads (none here)",
+                                    {"batch_size": 1, "kind": COMPARED_NORMS[0]}),
+                            Setting("8 sentences (limit: batch mates hide the token)", {"batch_size": 8},
+                                    expect=False),
+                            Setting("one sentence, LayerNorm (control)", {"batch_size": 1, "kind": COMPARED_NORMS[2]},
+                                    expect=False)])
+def c61_recover(seed, *, batch_size=1, kind=COMPARED_NORMS[1]):
+    r = recover_last_token(seed, batch_size, kind)
+    return Outcome(holds=r["error"] < 1e-8, figure=r["error"], detail=f"token size {r['token_size']:.2f}")

@@ -1,0 +1,512 @@
+"""Each exercise checker of notebooks 01-04 against the wrong answers a learner would really write, and right answers
+written differently: every wrong one is rejected with a message that says what went wrong (not a traceback), and
+every right one passes."""
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils import exercises, norms
+from course_utils.transformer import TransformerBlock
+
+
+def _rejected(report, expect):
+    """The report fails, and its first failure says `expect`, in words, not as a traceback."""
+    assert not report.passed, report.text()
+    first = report.first_failure.detail
+    assert expect in first and "Traceback" not in first, report.text()
+
+
+# ---- notebook 01: check_depth_scaled_gain -------------------------------------------------------------------------
+
+def _bisect_gain(depth):
+    lo, hi = 0.0, 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if (1 + mid * mid) ** depth < 4 else (lo, mid)
+    return lo
+
+
+GAIN_WRONG = {
+    "GPT-2's 1/sqrt(depth)": (lambda L: 1 / math.sqrt(L), "GPT-2"),
+    "|x|^2 doubles instead of |x|": (lambda L: math.sqrt(2 ** (1 / L) - 1), "doubles |x|²"),
+    "returns g^2 (square root forgotten)": (lambda L: 4 ** (1 / L) - 1, "square root"),
+    "(1 + g)^L = 2": (lambda L: 2 ** (1 / L) - 1, "(1 + g)^L = 2"),
+    "the per-block growth factor": (lambda L: 2 ** (1 / L), "√(1 + g²)"),
+    "small-g approximation": (lambda L: math.sqrt(math.log(4) / L), "approximation"),
+    "off by one: depth + 1": (lambda L: math.sqrt(2 ** (2 / (L + 1)) - 1), "depth + 1"),
+    "off by one: depth - 1": (lambda L: math.sqrt(2 ** (2 / (L - 1)) - 1), "depth − 1"),
+    "integer division 2 // depth": (lambda L: math.sqrt(2 ** (2 // L) - 1), "target 2x"),
+    "negative root": (lambda L: -exercises.depth_scaled_gain(L), "finite number >= 0"),
+    "a string": (lambda L: str(exercises.depth_scaled_gain(L)), "finite number"),
+    "a list": (lambda L: [exercises.depth_scaled_gain(L)], "finite number"),
+}
+GAIN_RIGHT = {
+    "the course's": exercises.depth_scaled_gain,
+    "4 ** (1/L)": lambda L: math.sqrt(4 ** (1 / L) - 1),
+    "expm1": lambda L: math.sqrt(math.expm1(math.log(4) / L)),
+    "a float32 tensor": lambda L: torch.sqrt(torch.tensor(2.0) ** (2 / L) - 1),
+    "a numpy float32": lambda L: np.sqrt(np.float32(2) ** np.float32(2 / L) - np.float32(1)),
+    "a 0-d numpy array": lambda L: np.sqrt(np.asarray(4.0) ** (1 / L) - 1),
+    "bisection on (1 + g^2)^L = 4": _bisect_gain,
+}
+
+
+@pytest.mark.parametrize("label", GAIN_WRONG)
+def test_depth_scaled_gain_rejects(label):
+    fn, expect = GAIN_WRONG[label]
+    _rejected(exercises.check_depth_scaled_gain(fn), expect)
+
+
+@pytest.mark.parametrize("label", GAIN_RIGHT)
+def test_depth_scaled_gain_passes(label):
+    report = exercises.check_depth_scaled_gain(GAIN_RIGHT[label])
+    assert report.passed, report.text()
+
+
+# ---- notebook 02: check_masked_batch_stats ------------------------------------------------------------------------
+
+def _weights(x, m):
+    return m[..., None].to(x.dtype), m.sum()
+
+
+def _one_pass_weighted(x, m):
+    w, n = _weights(x, m)
+    mean = (x * w).sum((0, 1)) / n
+    return mean, (x * x * w).sum((0, 1)) / n - mean ** 2
+
+
+def _zeroed_pads_in_var(x, m):
+    w, n = _weights(x, m)
+    mean = (x * w).sum((0, 1)) / n
+    return mean, ((x * w - mean) ** 2).sum((0, 1)) / n
+
+
+def _zeroed_in_place(x, m):
+    x.masked_fill_(~m[..., None], 0.0)
+    mean = x.sum((0, 1)) / m.sum()
+    return mean, (((x - mean) ** 2) * m[..., None]).sum((0, 1)) / m.sum()
+
+
+def _per_sequence_means(x, m):
+    means = torch.stack([x[i][m[i]].mean(0) for i in range(len(x))])
+    return means.mean(0), x[m].var(0, unbiased=False)
+
+
+def _per_sequence_vars(x, m):
+    return x[m].mean(0), torch.stack([x[i][m[i]].var(0, unbiased=False) for i in range(len(x))]).mean(0)
+
+
+def _in_float32(x, m):
+    r = x[m].float()
+    return r.mean(0).to(x.dtype), r.var(0, unbiased=False).to(x.dtype)
+
+
+MASKED_WRONG = {
+    "pads counted": (lambda x, m: (x.flatten(0, 1).mean(0), x.flatten(0, 1).var(0, unbiased=False)),
+                     "pads count in the mean"),
+    "unbiased variance": (lambda x, m: (x[m].mean(0), x[m].var(0)), "unbiased"),
+    "E[x^2] - mu^2 over the real tokens": (lambda x, m: (x[m].mean(0), (x[m] ** 2).mean(0) - x[m].mean(0) ** 2),
+                                           "catastrophic cancellation"),
+    "E[x^2] - mu^2 with mask weights": (_one_pass_weighted, "catastrophic cancellation"),
+    "pads zeroed but counted in n": (lambda x, m: ((x * m[..., None]).sum((0, 1)) / m.numel(),
+                                                   x[m].var(0, unbiased=False)), "number of real tokens"),
+    "zeroed pads in the variance": (_zeroed_pads_in_var, "zeroed pads count in the variance"),
+    "average of per-sequence means": (_per_sequence_means, "per-sequence means"),
+    "average of per-sequence variances": (_per_sequence_vars, "per-sequence variances"),
+    "mask inverted": (lambda x, m: (x[~m].mean(0), x[~m].var(0, unbiased=False)), "mask is True at the real"),
+    "standard deviation, not variance": (lambda x, m: (x[m].mean(0), x[m].std(0, unbiased=False)),
+                                         "standard deviation"),
+    "torch.var_mean's order": (lambda x, m: torch.var_mean(x[m], 0, correction=0), "swapped"),
+    "keepdim shapes": (lambda x, m: (x[m].mean(0)[None, None], x[m].var(0, unbiased=False)[None, None]), "shape"),
+    "statistics over the wrong axis": (lambda x, m: (x[m].mean(1), x[m].var(1, unbiased=False)), "shape"),
+    "float32 inside, float64 given": (_in_float32, "float32 precision"),
+    "zeroes the pads of the input in place": (_zeroed_in_place, "in place"),
+    "one stacked tensor": (lambda x, m: torch.stack([x[m].mean(0), x[m].var(0, unbiased=False)]), "(mean, var)"),
+}
+
+
+def _where_two_pass(x, m):
+    n = m.sum()
+    mean = torch.where(m[..., None], x, 0).sum((0, 1)) / n
+    return mean, torch.where(m[..., None], (x - mean) ** 2, 0).sum((0, 1)) / n
+
+
+def _shifted_one_pass(x, m):
+    r = x[m]
+    d = r - r[0]  # shifting by one real token keeps E[d²] - E[d]² free of cancellation
+    return r[0] + d.mean(0), (d * d).mean(0) - d.mean(0) ** 2
+
+
+def _welford(x, m):
+    mean = torch.zeros(x.shape[-1], dtype=x.dtype)
+    m2 = torch.zeros_like(mean)
+    for k, row in enumerate(x[m], start=1):
+        delta = row - mean
+        mean = mean + delta / k
+        m2 = m2 + delta * (row - mean)
+    return mean, m2 / k
+
+
+MASKED_RIGHT = {
+    "the course's": lambda x, m: norms.masked_mean_var(x, m)[:2],
+    "indexing the real tokens": lambda x, m: (x[m].mean(0), x[m].var(0, unbiased=False)),
+    "torch.var_mean, reordered": lambda x, m: torch.var_mean(x[m], 0, correction=0)[::-1],
+    "torch.where, two passes": _where_two_pass,
+    "one pass shifted by a real token": _shifted_one_pass,
+    "Welford": _welford,
+    "float64 inside": lambda x, m: tuple(t.to(x.dtype) for t in norms.masked_mean_var(x.double(), m)[:2]),
+    "a list": lambda x, m: [x[m].mean(0), x[m].var(0, unbiased=False)],
+}
+
+
+@pytest.mark.parametrize("label", MASKED_WRONG)
+def test_masked_batch_stats_rejects(label):
+    fn, expect = MASKED_WRONG[label]
+    _rejected(exercises.check_masked_batch_stats(fn), expect)
+
+
+@pytest.mark.parametrize("label", MASKED_RIGHT)
+def test_masked_batch_stats_passes(label):
+    report = exercises.check_masked_batch_stats(MASKED_RIGHT[label])
+    assert report.passed, report.text()
+
+
+def test_the_one_pass_formula_fails_on_the_large_mean_case_by_a_wide_margin():
+    report = exercises.check_masked_batch_stats(MASKED_WRONG["E[x^2] - mu^2 over the real tokens"][0])
+    case = next(c for c in report.cases if c.name.startswith("mean 1e4, spread 1, float32"))
+    assert not case.passed and case.max_error > 1.0 and "mean of (x − μ)²" in case.detail
+
+
+# ---- notebook 03: check_layer_norm --------------------------------------------------------------------------------
+
+def _x_hat(x, eps):
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps)
+
+
+def _ln_in_place(x, w, b, eps):
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, unbiased=False)
+    return x.sub_(mu).div_(torch.sqrt(var + eps)).mul_(w).add_(b)
+
+
+def _ln_d1_unchanged(x, w, b, eps):
+    if x.shape[-1] == 1:  # "one feature is already normalized": it is not, LayerNorm makes it β
+        return x
+    return _x_hat(x, eps) * w + b
+
+
+def _ln_no_keepdim(x, w, b, eps):
+    return (x - x.mean(-1)) / torch.sqrt(x.var(-1, unbiased=False) + eps) * w + b
+
+
+LAYER_NORM_WRONG = {
+    "unbiased variance": (lambda x, w, b, eps: (x - x.mean(-1, keepdim=True))
+                          / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b, "d − 1"),
+    "eps on the std": (lambda x, w, b, eps: (x - x.mean(-1, keepdim=True))
+                       / (x.var(-1, keepdim=True, unbiased=False).sqrt() + eps) * w + b, "ε is added to σ"),
+    "eps forgotten": (lambda x, w, b, eps: _x_hat(x, 0.0) * w + b, "ε"),
+    "eps squared": (lambda x, w, b, eps: _x_hat(x, eps ** 2) * w + b, "ε"),
+    "gamma forgotten": (lambda x, w, b, eps: _x_hat(x, eps) + b, "γ (weight) is not applied"),
+    "beta forgotten": (lambda x, w, b, eps: _x_hat(x, eps) * w, "β (bias) is not applied"),
+    "a fresh nn.LayerNorm, ignoring weight and bias": (lambda x, w, b, eps: torch.nn.LayerNorm(x.shape[-1], eps)(x),
+                                                      "neither γ nor β"),
+    "beta before gamma": (lambda x, w, b, eps: (_x_hat(x, eps) + b) * w, "β is added before"),
+    "statistics of the whole tensor": (lambda x, w, b, eps: F.layer_norm(x, x.shape, None, None, eps) * w + b,
+                                       "whole tensor"),
+    "statistics over dim 0": (lambda x, w, b, eps: (x - x.mean(0, keepdim=True))
+                              / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps) * w + b, "wrong dimension"),
+    "mean without keepdim": (_ln_no_keepdim, "keepdim=True"),
+    "divides by the RMS": (lambda x, w, b, eps: (x - x.mean(-1, keepdim=True))
+                           / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b, "root mean square"),
+    "normalized twice": (lambda x, w, b, eps: _x_hat(_x_hat(x, eps), eps) * w + b, "normalized twice"),
+    "E[x^2] - mu^2": (lambda x, w, b, eps: (x - x.mean(-1, keepdim=True))
+                      / torch.sqrt(x.pow(2).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2 + eps) * w + b,
+                      "catastrophic cancellation"),
+    "float32 inside, float64 given": (lambda x, w, b, eps: norms.layer_norm(x.float(), None, w.float(), b.float(),
+                                                                            eps).to(x.dtype), "float32 precision"),
+    "detached": (lambda x, w, b, eps: norms.layer_norm(x.detach(), None, w, b, eps), "no gradient reached"),
+    "in place": (_ln_in_place, "in place"),
+    "returns the input itself for d = 1": (_ln_d1_unchanged, "returned x itself"),
+}
+
+
+def _ln_var_mean(x, w, b, eps):
+    var, mu = torch.var_mean(x, -1, keepdim=True, correction=0)
+    return torch.addcmul(b, (x - mu) * torch.rsqrt(var + eps), w)
+
+
+def _ln_from_std(x, w, b, eps):
+    std = x.std(-1, keepdim=True, unbiased=False)
+    return (x - x.mean(-1, keepdim=True)) / torch.sqrt(std ** 2 + eps) * w + b
+
+
+LAYER_NORM_RIGHT = {
+    "the lesson's": lambda x, w, b, eps: norms.layer_norm(x, None, w, b, eps),
+    "F.layer_norm": lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps),
+    "var_mean, rsqrt, addcmul": _ln_var_mean,
+    "from the std": _ln_from_std,
+    "centred first": lambda x, w, b, eps: _x_hat(x, eps) * w + b,
+    "float64 inside": lambda x, w, b, eps: (_x_hat(x.double(), eps) * w.double() + b.double()).to(x.dtype),
+}
+
+
+@pytest.mark.filterwarnings("ignore:var.*degrees of freedom:UserWarning")  # the unbiased mistake on d = 1
+@pytest.mark.parametrize("label", LAYER_NORM_WRONG)
+def test_layer_norm_rejects(label):
+    fn, expect = LAYER_NORM_WRONG[label]
+    _rejected(exercises.check_layer_norm(fn), expect)
+
+
+@pytest.mark.parametrize("label", LAYER_NORM_RIGHT)
+def test_layer_norm_passes(label):
+    report = exercises.check_layer_norm(LAYER_NORM_RIGHT[label])
+    assert report.passed, report.text()
+
+
+# ---- notebook 04: check_post_ln_forward and check_deepnorm_forward ------------------------------------------------
+
+POST_CALLED = ("write the Post-LN update from block.attn, block.ffn, block.norm1 and block.norm2; calling the block "
+               "itself is not the exercise")
+
+
+def _post(block, x, n1=None, n2=None):
+    n1, n2 = n1 or block.norm1, n2 or block.norm2
+    h = n1(x + block.attn(x))
+    return n2(h + block.ffn(h))
+
+
+def _flip_and_call(block, x):
+    block.placement = "post"
+    try:
+        return block(x)
+    finally:
+        block.placement = "pre"
+
+
+def _flip_and_leave(block, x):
+    block.placement = "post"
+    return block(x)
+
+
+def _fresh_post_block(block, x):
+    twin = TransformerBlock(16, 4, norm=block.norm_kind, placement="post").double()
+    twin.load_state_dict(block.state_dict())
+    return twin(x)
+
+
+def _copy_as_post(block, x):
+    twin = copy.deepcopy(block)
+    twin.placement = "post"
+    return twin(x)
+
+
+def _in_place_residual(block, x):
+    x += block.attn(x)
+    x = block.norm1(x)
+    return block.norm2(x + block.ffn(x))
+
+
+def _parts_then_leave_post(block, x):
+    block.placement = "post"
+    return _post(block, x)
+
+
+def _changes_a_gain(block, x):
+    with torch.no_grad():
+        block.norm2.weight.mul_(1.0)
+        block.norm2.weight.add_(1e-3)
+    return _post(block, x)
+
+
+POST_WRONG = {
+    "Pre-LN written out": (lambda b, x: (lambda h: h + b.ffn(b.norm2(h)))(x + b.attn(b.norm1(x))), "Pre-LN"),
+    "norm before the residual sum (the notebook's wrong_post_ln)":
+        (lambda b, x: (lambda h: h + b.norm2(b.ffn(h)))(x + b.norm1(b.attn(x))), "before the residual sum"),
+    "norm1 and norm2 swapped": (lambda b, x: _post(b, x, b.norm2, b.norm1), "swapped"),
+    "norm1 twice": (lambda b, x: _post(b, x, b.norm1, b.norm1), "norm1 is used for both"),
+    "norm2 twice": (lambda b, x: _post(b, x, b.norm2, b.norm2), "norm2 is used for both"),
+    "FFN first": (lambda b, x: (lambda h: b.norm2(h + b.attn(h)))(b.norm1(x + b.ffn(x))), "wrong order"),
+    "FFN residual from the block input": (lambda b, x: b.norm2(x + b.ffn(b.norm1(x + b.attn(x)))),
+                                          "adds the block's input"),
+    "FFN on the block input": (lambda b, x: b.norm2(b.norm1(x + b.attn(x)) + b.ffn(x)), "acts on the block's input"),
+    "no residuals": (lambda b, x: b.norm2(b.ffn(b.norm1(b.attn(x)))), "residual connections are missing"),
+    "a norm once more": (lambda b, x: b.norm2(_post(b, x)), "once more"),
+    "the block called": (lambda b, x: b(x), POST_CALLED),
+    "placement flipped, the block called, placement restored": (_flip_and_call, POST_CALLED),
+    "placement flipped, the block called, left flipped": (_flip_and_leave, POST_CALLED),
+    "block.forward with placement='post'": (lambda b, x: b.forward(x, placement="post"), POST_CALLED),
+    "a fresh Post-LN TransformerBlock with the weights": (_fresh_post_block, POST_CALLED),
+    "a deep copy set to Post-LN": (_copy_as_post, POST_CALLED),
+    "in-place residual": (_in_place_residual, "in place"),
+    "right parts, placement left flipped": (_parts_then_leave_post, "changed the block"),
+    "changes a gain": (_changes_a_gain, "changed the block"),
+    "detached": (lambda b, x: _post(b, x.detach()), "no gradient reached"),
+    "float32 inside, float64 given": (lambda b, x: _post(b.float(), x.float()).double(), "changed the block"),
+}
+
+
+def _post_loop(block, x):
+    for sublayer, norm in ((block.attn, block.norm1), (block.ffn, block.norm2)):
+        x = norm(torch.add(x, sublayer(x)))
+    return x
+
+
+POST_RIGHT = {
+    "from the parts": _post,
+    "a loop over (sublayer, norm)": _post_loop,
+    "modules' forward called directly": lambda b, x: (lambda h: b.norm2.forward(h + b.ffn.forward(h)))(
+        b.norm1.forward(b.attn.forward(x) + x)),
+}
+
+
+@pytest.mark.parametrize("label", POST_WRONG)
+def test_post_ln_rejects(label):
+    fn, expect = POST_WRONG[label]
+    _rejected(exercises.check_post_ln_forward(fn), expect)
+
+
+@pytest.mark.parametrize("label", POST_RIGHT)
+def test_post_ln_passes(label):
+    report = exercises.check_post_ln_forward(POST_RIGHT[label])
+    assert report.passed, report.text()
+
+
+def test_the_block_call_message_is_the_exercise_in_words():
+    report = exercises.check_post_ln_forward(_flip_and_call)
+    assert [c.detail for c in report.cases] == [POST_CALLED] * len(report.cases)
+
+
+def _deep(block, x, alpha, n1=None, n2=None):
+    n1, n2 = n1 or block.norm1, n2 or block.norm2
+    h = n1(alpha * x + block.attn(x))
+    return n2(alpha * h + block.ffn(h))
+
+
+def _deep_pre(block, x, alpha):
+    h = alpha * x + block.attn(block.norm1(x))
+    return alpha * h + block.ffn(block.norm2(h))
+
+
+def _deep_after_norm(block, x, alpha):
+    h = alpha * block.norm1(x + block.attn(x))
+    return alpha * block.norm2(h + block.ffn(h))
+
+
+def _deep_attention_only(block, x, alpha):
+    h = block.norm1(alpha * x + block.attn(x))
+    return block.norm2(h + block.ffn(h))
+
+
+def _deep_ffn_only(block, x, alpha):
+    h = block.norm1(x + block.attn(x))
+    return block.norm2(alpha * h + block.ffn(h))
+
+
+def _deep_via_block(block, x, alpha):
+    for name in ("residual_scale", "alpha"):  # whatever the block calls its DeepNorm option
+        setattr(block, name, alpha)
+    return block(x)
+
+
+DEEP_CALLED = "calling the block itself is not the exercise"
+DEEP_WRONG = {
+    "alpha on the branch": (lambda b, x, a: (lambda h: b.norm2(h + a * b.ffn(h)))(b.norm1(x + a * b.attn(x))),
+                            "on the residual"),
+    "alpha on attention only": (_deep_attention_only, "attention sublayer only"),
+    "alpha on the FFN only": (_deep_ffn_only, "FFN sublayer only"),
+    "alpha after the norm": (_deep_after_norm, "multiplies the norm's output"),
+    "Pre-LN with alpha": (_deep_pre, "Pre-LN update with α"),
+    "alpha forgotten (Post-LN)": (lambda b, x, a: _post(b, x), "α is missing"),
+    "alpha squared": (lambda b, x, a: _deep(b, x, a * a), "α²"),
+    "norm1 twice": (lambda b, x, a: _deep(b, x, a, b.norm1, b.norm1), "norm1 is used for both"),
+    "norms swapped": (lambda b, x, a: _deep(b, x, a, b.norm2, b.norm1), "swapped"),
+    "FFN residual from the block input": (lambda b, x, a: b.norm2(a * x + b.ffn(b.norm1(a * x + b.attn(x)))),
+                                          "the block's input"),
+    "the block called (Post-LN)": (lambda b, x, a: b(x), DEEP_CALLED),
+    "the block called with its DeepNorm option set": (_deep_via_block, DEEP_CALLED),
+    "residual divided by alpha": (lambda b, x, a: _deep(b, x, 1 / a), "on the residual"),  # LN(x/α + F) ≈ LN(x + αF)
+}
+
+
+def _deep_loop(block, x, alpha):
+    for sublayer, norm in ((block.attn, block.norm1), (block.ffn, block.norm2)):
+        x = norm(x.mul(alpha).add(sublayer(x)))
+    return x
+
+
+DEEP_RIGHT = {
+    "from the parts": _deep,
+    "a loop, x.mul(alpha).add(...)": _deep_loop,
+    "alpha as a tensor, branch first": lambda b, x, a: (lambda t: (lambda h: b.norm2(b.ffn(h) + h * t))(
+        b.norm1(b.attn(x) + x * t)))(torch.tensor(a, dtype=x.dtype)),
+}
+
+
+@pytest.mark.parametrize("label", DEEP_WRONG)
+def test_deepnorm_rejects(label):
+    fn, expect = DEEP_WRONG[label]
+    _rejected(exercises.check_deepnorm_forward(fn), expect)
+
+
+@pytest.mark.parametrize("label", DEEP_RIGHT)
+def test_deepnorm_passes(label):
+    report = exercises.check_deepnorm_forward(DEEP_RIGHT[label])
+    assert report.passed, report.text()
+
+
+def test_deepnorm_at_alpha_one_is_post_ln():
+    report = exercises.check_deepnorm_forward(lambda b, x, a: _post(b, x))
+    assert report.cases[0].passed and "α = 1" in report.cases[0].name
+    assert not report.passed
+
+
+@pytest.mark.parametrize("check, fn", [(exercises.check_post_ln_forward, _flip_and_leave),
+                                       (exercises.check_post_ln_forward, _changes_a_gain),
+                                       (exercises.check_post_ln_forward, POST_WRONG["float32 inside, float64 given"][0]),
+                                       (exercises.check_deepnorm_forward, _deep_via_block)])
+def test_the_block_is_left_as_it_was_given(check, fn):
+    seen, forward = [], TransformerBlock.forward
+
+    def recording(block, x, *args):
+        seen.append((block, block.placement, {k: v.clone() for k, v in block.state_dict().items()}))
+        return fn(block, x, *args)
+
+    check(recording)
+    assert seen
+    for block, placement, weights in seen:
+        assert block.placement == placement
+        assert all(torch.equal(block.state_dict()[k], v) and block.state_dict()[k].dtype == v.dtype
+                   for k, v in weights.items())
+    assert TransformerBlock.forward is forward
+
+
+def test_the_hidden_norms_differ():
+    seen = []
+    exercises.check_post_ln_forward(lambda block, x: seen.append(block))
+    exercises.check_deepnorm_forward(lambda block, x, a: seen.append(block))
+    for block in seen:
+        assert not torch.allclose(block.norm1.weight, block.norm2.weight)
+
+
+def test_a_block_running_in_another_thread_is_not_the_learners_call():
+    import threading
+
+    block, stop = TransformerBlock(16, 4).double(), threading.Event()
+
+    def train():  # a background training run, as notebook 04's widgets start
+        while not stop.is_set():
+            block(torch.randn(1, 3, 16, dtype=torch.float64))
+
+    worker = threading.Thread(target=train)
+    worker.start()
+    try:
+        report = exercises.check_post_ln_forward(_post)
+    finally:
+        stop.set()
+        worker.join()
+    assert report.passed, report.text()
