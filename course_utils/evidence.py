@@ -140,13 +140,17 @@ def quote(claim: str) -> str:
         return (f"{claim}: no robustness report yet. Run `python -m course_utils.robustness --claims {claim}` in the "
                 "course folder to make one.")
     seeds = report["seeds"]
-    lines = [f"{claim} over seeds {seeds[0]}-{seeds[-1]} ({len(seeds)} seeds; data/robustness/{claim}.json, "
-             f"run {report['run_at'][:10]}). Figure: {report['figure']}."]
+    lines = [f"{claim}: {report['statement']}",
+             f"Rerun over seeds {seeds[0]}-{seeds[-1]} (data/robustness/{claim}.json, {report['run_at'][:10]}); "
+             f"figure: {report['figure']}."]
     for s in report["settings"]:
-        held = sum(r["holds"] for r in s["runs"])
-        stated = "the claim holds" if s["expect"] else "the claim is stated not to hold (control or limit)"
-        lines.append(f"  {s['label']}: held in {held} of {len(s['runs'])} seeds (here {stated}); "
-                     f"figure {_span([r['figure'] for r in s['runs']])}")
+        runs = s["runs"]
+        held = sum(r["holds"] for r in runs)
+        if s["expect"]:
+            verdict = f"holds at {held} of {len(runs)} seeds"
+        else:
+            verdict = f"does not hold here, as the notebook says, at {len(runs) - held} of {len(runs)} seeds"
+        lines.append(f"  {s['label']}: {verdict}; figure {_span([r['figure'] for r in runs])}")
     agreed = sum(r["holds"] == s["expect"] for s in report["settings"] for r in s["runs"])
     total = sum(len(s["runs"]) for s in report["settings"])
     lines.append(f"  {agreed} of {total} runs agree with what the notebook states.")

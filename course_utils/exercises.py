@@ -554,6 +554,9 @@ def _deepnorm_mistakes(b: TransformerBlock, alpha: float) -> list[Mistake]:
          lambda x: (lambda h: alpha * n2(h + f(h)))(alpha * n1(x + a(x)))),
         ("this is a Pre-LN update with α; DeepNorm keeps Post-LN's placement: norm(α·x + F(x))",
          lambda x: (lambda h: alpha * h + f(n2(h)))(alpha * x + a(n1(x)))),
+        ("this divides the sublayer's output by α: norm(x + F(x)/α) equals norm(α·x + F(x)) only without the norm's "
+         "ε, and the small difference left is that ε; write DeepNorm as the paper does, norm(α·x + F(x))",
+         lambda x: (lambda h: n2(h + f(h) / alpha))(n1(x + a(x) / alpha))),
         ("α is applied twice (α²); the residual is α·x", lambda x: _chain(x, (a, n1), (f, n2), alpha ** 2)),
         ("norm1 is used for both sublayers; the FFN's sum goes through norm2",
          lambda x: _chain(x, (a, n1), (f, n1), alpha)),

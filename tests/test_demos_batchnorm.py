@@ -148,3 +148,19 @@ def test_trained_modules_and_their_gaps():
     assert "Expected more than 1 value" in one["error"] and bn_demo.one_token_in_training(n_tokens=2)["error"] is None
     g = bn_demo.lone_token_gaps(modules, one["tokens"], seed=1)
     torch.testing.assert_close(g["LayerNorm alone"], g["LayerNorm in a batch"])
+
+
+def test_masked_drift_gaps_and_the_ema_lag():
+    assert bn_demo.ema_lag(1.0, steps=200, momentum=0.1) == pytest.approx(0.045)
+    r = bn_demo.masked_drift_gaps(drifts=(0.0, 4.0), seed=1)
+    assert set(r) == {0.0, 4.0} and all(set(v) == {"gap", "lag"} for v in r.values())
+    assert abs(r[0.0]["lag"]) < 0.05 and r[4.0]["lag"] > 0.1    # no drift, no lag; drift +4 lags
+    assert r[4.0]["gap"] > r[0.0]["gap"] > 0
+
+
+def test_leak_by_batch_size():
+    r = bn_demo.leak_by_batch_size(seed=1, sizes=(1, 8))
+    assert r["size"] == [1, 8] and r["n_real"][0] == bn_demo.SENTENCE_LEN
+    assert r["move"][0] > r["move"][1] > 0
+    with pytest.raises(ValueError):
+        bn_demo.leak_by_batch_size(sizes=(0,))

@@ -170,6 +170,9 @@ def test_jacobian_profile_and_its_test():
     assert demo.jacobian_holds(profile)
     constant = {"W2": np.ones((1, 24)), "rms": np.array([rms])}  # a gradient that does not decay
     assert not demo.jacobian_holds(demo.jacobian_profile({**constant, "W2": constant["W2"] + 1e-3 * layers}))
+    steep = {"W2": np.array([1 / rms[:-1] ** 3]), "rms": np.array([rms])}  # falls far faster than 1/RMS
+    assert demo.unexplained_share(demo.jacobian_profile(steep)) > 0.5 and not demo.jacobian_holds(
+        demo.jacobian_profile(steep))
 
 
 def test_stream_growth_fits_a_line_to_the_squared_rms():
@@ -188,6 +191,21 @@ def test_the_claim_tests_can_fail():
     assert demo.collapse_holds(collapsed)
     assert not demo.collapse_holds({**collapsed, "Post-LN, no warmup": [0.9, 0.2, 0.3, 1e-4, 1e-6, 1e-6]})
     assert not demo.collapse_holds({**collapsed, "Pre-LN, no warmup": [0.9, 0.5, 0.2, 0.05, 0.01, 0.01]})
+
+
+def test_steps_to_learn_and_who_gets_there_first():
+    from course_utils.training import History
+    h = History(accuracy=[0.1] * 10 + [0.9] * 10)
+    assert demo.steps_to_learn(h) == 15 and demo.steps_to_learn(h, window=1) == 11
+    assert demo.steps_to_learn(History(accuracy=[0.5] * 30)) is None
+    assert demo.pre_ln_first({"Pre-LN, no warmup": [30, 40], "Post-LN + warmup": [50, None]})
+    assert not demo.pre_ln_first({"Pre-LN, no warmup": [30, 60], "Post-LN + warmup": [50, 55]})
+    assert not demo.pre_ln_first({"Pre-LN, no warmup": [None], "Post-LN + warmup": [None]})
+
+
+def test_readout_logit_rms_grows_with_depth_without_the_final_norm():
+    rms = demo.readout_logit_rms(seed=0, n_layers=8)
+    assert len(rms) == 9 and rms[-1] > rms[0]
 
 
 def test_every_claim_of_the_notebook_has_an_experiment_with_a_control():

@@ -430,6 +430,8 @@ DEEP_WRONG = {
     "the block called (Post-LN)": (lambda b, x, a: b(x), DEEP_CALLED),
     "the block called with its DeepNorm option set": (_deep_via_block, DEEP_CALLED),
     "residual divided by alpha": (lambda b, x, a: _deep(b, x, 1 / a), "on the residual"),  # LN(x/α + F) ≈ LN(x + αF)
+    "branch divided by alpha (equal only without eps)": (
+        lambda b, x, a: (lambda h: b.norm2(h + b.ffn(h) / a))(b.norm1(x + b.attn(x) / a)), "only without the norm's ε"),
 }
 
 

@@ -283,10 +283,12 @@ def _largest_errors(layer_norm_unbiased: Callable, layer_norm_eps_on_std: Callab
 def pitfall_errors(layer_norm: Callable, layer_norm_unbiased: Callable, layer_norm_eps_on_std: Callable, seed: int,
                    ds=DS, spreads=SPREADS) -> dict:
     """Each pitfall's largest |error| in x̂ against F.layer_norm over 256 float64 tokens: by width d (unit spread) and
-    by input spread (d = 64); and, per d, the largest gap between LN_unbiased(x)/LN(x) and √((d-1)/d) at ε = 0."""
+    by input spread (d = 64); per d, the largest gap between LN_unbiased(x)/LN(x) and √((d-1)/d) at ε = 0, and the
+    smallest spread σ among the 256 unit-spread tokens (a chance small spread is what the ε-on-σ error feeds on)."""
     gen = _generator(seed)
-    by_d = [_largest_errors(layer_norm_unbiased, layer_norm_eps_on_std,
-                            torch.randn(256, d, generator=gen, dtype=torch.float64)) for d in ds]
+    by_width = [torch.randn(256, d, generator=gen, dtype=torch.float64) for d in ds]
+    by_d = [_largest_errors(layer_norm_unbiased, layer_norm_eps_on_std, x) for x in by_width]
+    min_spread = {d: x.var(-1, unbiased=False).sqrt().min().item() for d, x in zip(ds, by_width)}
     base = torch.randn(256, 64, generator=gen, dtype=torch.float64)
     by_spread = [_largest_errors(layer_norm_unbiased, layer_norm_eps_on_std, base * s) for s in spreads]
     ratio_gap = {}
@@ -295,7 +297,8 @@ def pitfall_errors(layer_norm: Callable, layer_norm_unbiased: Callable, layer_no
         exact = layer_norm(x, eps=0.0)
         ratio = (layer_norm_unbiased(x, eps=0.0) / exact)[exact.abs() > 1e-6]  # skip 0/0 entries, if any
         ratio_gap[d] = (ratio - math.sqrt((d - 1) / d)).abs().max().item()
-    return {"ds": list(ds), "by_d": by_d, "spreads": list(spreads), "by_spread": by_spread, "ratio_gap": ratio_gap}
+    return {"ds": list(ds), "by_d": by_d, "spreads": list(spreads), "by_spread": by_spread, "ratio_gap": ratio_gap,
+            "min_spread": min_spread}
 
 
 def pitfall_verdict(sweep: dict) -> dict[str, bool]:

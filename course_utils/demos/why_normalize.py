@@ -794,16 +794,19 @@ def c07_drift(seed, *, norm="none", watch="z", lr=0.1, steps=150):
 
 
 @claim_experiment(
-    "C08", statement="At learning rates 0.02 to 0.2 the BatchNorm network, whose next layer's input is held, ends "
-    "with the same training loss as the plain network (within 0.15): holding the distribution bought no faster "
-    "learning; at lr 1 it does not (C57)", figure="final loss, no norm minus BatchNorm (mean of the last 20 steps)",
-    settings=[Setting("lr 0.02", {"lr": 0.02}), Setting("lr 0.1", {"lr": 0.1}), Setting("lr 0.2", {"lr": 0.2}),
-              Setting("lr 1 (limit: the plain network fails, C57)", {"lr": 1.0}, expect=False)])
-def c08_same_loss(seed, *, lr=0.1, steps=150):
+    "C08", statement="After 150 steps at lr 0.1 the BatchNorm network, whose next layer's input is held, ends with the "
+    "same training loss as the plain network (within 0.06): holding the distribution bought no lower loss; at lr 0.02 "
+    "and 0.2 the two stay within 0.15 (BatchNorm lower at most seeds); at lr 1 they do not (C57)",
+    figure="final loss, no norm minus BatchNorm (mean of the last 20 steps)",
+    settings=[Setting("lr 0.1, within 0.06", {"lr": 0.1, "tolerance": 0.06}),
+              Setting("lr 0.02, within 0.15", {"lr": 0.02, "tolerance": 0.15}),
+              Setting("lr 0.2, within 0.15", {"lr": 0.2, "tolerance": 0.15}),
+              Setting("lr 1 (limit: the plain network fails, C57)", {"lr": 1.0, "tolerance": 0.15}, expect=False)])
+def c08_same_loss(seed, *, lr=0.1, tolerance=0.06, steps=150):
     race = learning_rate_race(lr, seed, steps)
     gap = race["none"]["final_loss"] - race["BatchNorm"]["final_loss"]  # nan when the plain run diverged
-    return Outcome(abs(gap) < 0.15, gap, f"no norm {race['none']['final_loss']:.3f}, "
-                                         f"BatchNorm {race['BatchNorm']['final_loss']:.3f}")
+    return Outcome(abs(gap) < tolerance, gap, f"no norm {race['none']['final_loss']:.3f}, "
+                                              f"BatchNorm {race['BatchNorm']['final_loss']:.3f}")
 
 
 @claim_experiment(
