@@ -33,7 +33,7 @@ from .course import lesson_parameters, notebook_of_module
 from .resources import course_folder
 
 __all__ = ["Setting", "Outcome", "ClaimExperiment", "claim_experiment", "EXPERIMENTS", "DEFAULT_SEEDS",
-           "REPORT_DIR", "load_report", "quote", "fingerprint"]
+           "REPORT_DIR", "load_report", "quote", "fingerprint", "agreement", "figure_span"]
 
 REPORT_DIR = course_folder("data") / "robustness"  # shipped with the course, so every copy's notebooks can quote it
 DEFAULT_SEEDS = tuple(range(6))  # the notebook's seed 0 and five others
@@ -124,13 +124,19 @@ def load_report(claim: str) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _span(values: list[float]) -> str:
+def figure_span(values: list[float]) -> tuple[str | None, int]:
+    """The finite figures' range as text ("0.5" or "0.1 to 0.9"; None if none is finite), and how many are not."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
-        return "no finite figure"
+        return None, len(values)
     lo, hi = min(finite), max(finite)
-    text = f"{lo:.3g}" if lo == hi else f"{lo:.3g} to {hi:.3g}"
-    return text + (f" ({len(values) - len(finite)} not finite)" if len(finite) < len(values) else "")
+    return (f"{lo:.3g}" if lo == hi else f"{lo:.3g} to {hi:.3g}"), len(values) - len(finite)
+
+
+def agreement(report: dict) -> tuple[int, int]:
+    """(runs that agree with what the notebook states, all runs)."""
+    runs = [(r["holds"], s["expect"]) for s in report["settings"] for r in s["runs"]]
+    return sum(h == e for h, e in runs), len(runs)
 
 
 def quote(claim: str) -> str:
@@ -150,8 +156,9 @@ def quote(claim: str) -> str:
             verdict = f"holds at {held} of {len(runs)} seeds"
         else:
             verdict = f"does not hold here, as the notebook says, at {len(runs) - held} of {len(runs)} seeds"
-        lines.append(f"  {s['label']}: {verdict}; figure {_span([r['figure'] for r in runs])}")
-    agreed = sum(r["holds"] == s["expect"] for s in report["settings"] for r in s["runs"])
-    total = sum(len(s["runs"]) for s in report["settings"])
+        span, not_finite = figure_span([r["figure"] for r in runs])
+        figure = (span or "no finite figure") + (f" ({not_finite} not finite)" if span and not_finite else "")
+        lines.append(f"  {s['label']}: {verdict}; figure {figure}")
+    agreed, total = agreement(report)
     lines.append(f"  {agreed} of {total} runs agree with what the notebook states.")
     return "\n".join(lines)

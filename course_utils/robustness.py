@@ -27,7 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .evidence import EXPERIMENTS, REPORT_DIR, ClaimExperiment, fingerprint, load_report
+from .evidence import EXPERIMENTS, REPORT_DIR, ClaimExperiment, agreement, figure_span, fingerprint, load_report
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = ROOT / "benchmarks" / "ROBUSTNESS.md"
@@ -86,12 +86,6 @@ def run_claim(experiment: ClaimExperiment, seeds=None, progress=None) -> dict:
             "machine": f"{platform.machine()}, torch {torch.__version__}, Python {platform.python_version()}"}
 
 
-def agreement(report: dict) -> tuple[int, int]:
-    """(runs that agree with what the notebook states, all runs)."""
-    runs = [(r["holds"], s["expect"]) for s in report["settings"] for r in s["runs"]]
-    return sum(h == e for h, e in runs), len(runs)
-
-
 def ledger_sentence(report: dict) -> str:
     """The sentence a claim's CLAIMS.md row ends with: how many runs agree, over which seeds and settings."""
     agreed, total = agreement(report)
@@ -123,14 +117,6 @@ def write_report(report: dict) -> None:
     path.write_text(json.dumps(report, indent=1, allow_nan=True) + "\n", encoding="utf-8")
 
 
-def _span(values) -> str:
-    finite = [v for v in values if v == v and abs(v) != float("inf")]
-    if not finite:
-        return "-"
-    lo, hi = min(finite), max(finite)
-    return f"{lo:.3g}" if lo == hi else f"{lo:.3g} to {hi:.3g}"
-
-
 def summary_markdown(experiments: dict[str, ClaimExperiment]) -> str:
     """The table of every claim's report: per setting, how many seeds held, and the figure's spread."""
     lines = ["# Robustness of the course's claims", "",
@@ -154,7 +140,7 @@ def summary_markdown(experiments: dict[str, ClaimExperiment]) -> str:
             agrees = all(r["holds"] == s["expect"] for r in s["runs"])
             lines.append(f"| {cid} | {report['notebook']} | {s['label']} | "
                          f"{'holds' if s['expect'] else 'control / limit'} | {held}/{len(s['runs'])} | "
-                         f"{_span([r['figure'] for r in s['runs']])} | {'yes' if agrees else '**no**'} |")
+                         f"{figure_span([r['figure'] for r in s['runs']])[0] or '-'} | {'yes' if agrees else '**no**'} |")
     lines += ["", "Figures:", ""]
     for cid, exp in experiments.items():
         report = load_report(cid)
