@@ -1,9 +1,10 @@
 """The course's benchmark report: python -m course_utils.bench [--only notebooks,panels,grading,norms] [--out FILE].
 
 Measures each notebook's top-to-bottom run time (executed in a fresh kernel, as nbval does), the median latency of every
-registered widget handler over its default range, the batch grader's throughput and the norm benchmark's headline
-ratios; prints a Markdown table and writes it to benchmarks/REPORT.md. Timings are medians of repeats on whatever
-machine runs this: compare ratios measured in one run, not numbers from different machines.
+registered widget handler over its default range, the batch grader's throughput and the norm benchmark (the cost
+model's micro-experiment, forward, a compiled pair, forward + backward, a whole block, a size sweep); prints a Markdown
+table and writes it to benchmarks/REPORT.md. Timings are medians of repeats on whatever machine runs this: compare
+ratios measured in one run, not numbers from different machines.
 """
 from __future__ import annotations
 
@@ -140,8 +141,8 @@ def time_grading(students: int = 500) -> dict | None:
 
 
 def time_norms() -> str | None:
-    """The norm benchmark's default run (course_utils.normbench), as the table it prints, on the notebooks' one
-    torch thread (course_utils.setup)."""
+    """The norm benchmark's report (course_utils.normbench.report: the notebook's runs plus a compiled pair and a
+    64 MiB size), as the tables it prints, on the notebooks' one torch thread (course_utils.setup)."""
     from . import setup
 
     setup()
@@ -177,7 +178,8 @@ def render(panels, notebooks, grading, norms) -> str:
     if grading:
         lines += ["## Batch grading", "", "```", grading["output"], "```", ""]
     if norms:
-        lines += ["## Norm speed (CPU)", "", "```", norms, "```", ""]
+        lines += ["## Norm speed (CPU, one thread; `python -m course_utils.normbench` and notebook 05 §4)", "",
+                  "```", norms, "```", ""]
     return "\n".join(lines)
 
 

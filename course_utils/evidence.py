@@ -55,6 +55,13 @@ class Outcome:
     figure: float
     detail: str = ""
 
+    @classmethod
+    def of_checks(cls, checks: dict[str, bool], figure: float, detail: str = "") -> "Outcome":
+        """Holds when every named check does; the detail says "all hold" or names the checks that failed."""
+        failed = [name for name, ok in checks.items() if not ok]
+        verdict = "all hold" if not failed else "failed: " + ", ".join(failed)
+        return cls(not failed, figure, f"{detail}; {verdict}" if detail else verdict)
+
     def __post_init__(self):
         if not isinstance(self.holds, bool):
             object.__setattr__(self, "holds", bool(self.holds))
@@ -71,6 +78,7 @@ class ClaimExperiment:
     seeds: tuple[int, ...]
     function: Callable
     lessons: tuple[str, ...]
+    timed: bool = False  # the figure is a timing: a rerun must reproduce the verdict, not the figure
 
     def run(self, seed: int, setting: Setting, lessons: dict | None = None) -> Outcome:
         """One run; lesson functions come from `lessons` or, if None, from the notebook's lesson cells."""
@@ -95,8 +103,11 @@ def fingerprint(experiment: ClaimExperiment) -> str:
 
 
 def claim_experiment(claim: str, *, statement: str, figure: str, settings: list[Setting] | None = None,
-                     seeds=DEFAULT_SEEDS):
-    """Register `fn(seed, *, <setting>)` -> Outcome as the experiment behind ledger row `claim` (see the module doc)."""
+                     seeds=DEFAULT_SEEDS, timed: bool = False):
+    """Register `fn(seed, *, <setting>)` -> Outcome as the experiment behind ledger row `claim` (see the module doc).
+
+    `timed=True` says the figure is a measured time or a ratio of times: it varies from run to run and machine to
+    machine, so a rerun is checked for the same verdict only, and the verdict must be one any machine reaches."""
     def register(fn):
         if claim in EXPERIMENTS and EXPERIMENTS[claim].function.__qualname__ != fn.__qualname__:
             raise ValueError(f"claim {claim} already has an experiment ({EXPERIMENTS[claim].function.__qualname__})")
@@ -111,7 +122,7 @@ def claim_experiment(claim: str, *, statement: str, figure: str, settings: list[
         EXPERIMENTS[claim] = ClaimExperiment(
             claim=claim, notebook=notebook_of_module(fn.__module__), statement=statement, figure=figure,
             settings=chosen, seeds=tuple(seeds), function=fn,
-            lessons=tuple(n for n in lesson_parameters(fn) if n != "seed"))
+            lessons=tuple(n for n in lesson_parameters(fn) if n != "seed"), timed=timed)
         return fn
     return register
 
@@ -157,8 +168,11 @@ def quote(claim: str) -> str:
         else:
             verdict = f"does not hold here, as the notebook says, at {len(runs) - held} of {len(runs)} seeds"
         span, not_finite = figure_span([r["figure"] for r in runs])
-        figure = (span or "no finite figure") + (f" ({not_finite} not finite)" if span and not_finite else "")
-        lines.append(f"  {s['label']}: {verdict}; figure {figure}")
+        if span is None:
+            figure = "; no finite figure (see each run's detail in the report)"
+        else:
+            figure = f"; figure {span}" + (f" ({not_finite} not finite)" if not_finite else "")
+        lines.append(f"  {s['label']}: {verdict}{figure}")
     agreed, total = agreement(report)
     lines.append(f"  {agreed} of {total} runs agree with what the notebook states.")
     return "\n".join(lines)

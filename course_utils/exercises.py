@@ -1,7 +1,9 @@
 """Checkers for the learner's own implementations: hidden inputs, compared with the course's reference, and a report
 that names the first case that fails and by how much. A checker never raises for a wrong or unfinished answer, and
-where a wrong answer matches a classic mistake the report names the mistake. tests/test_wrong_answers.py holds, for
-each checker of notebooks 01-04, the plausible wrong answers it must reject and right ones it must pass."""
+where a wrong answer matches a classic mistake the report names the mistake. Each checker's hidden cases start with
+the one where the classic mistakes show largest, so the first failure a learner reads is the telling one, not a
+round-off-sized miss. tests/test_wrong_answers.py holds, for every checker, the plausible wrong answers it must reject
+(each with its own hint) and right answers, written several ways, it must pass."""
 from __future__ import annotations
 
 import copy
@@ -114,13 +116,14 @@ def _compare(name: str, got, want: Tensor, tol: float) -> CaseResult:
     return CaseResult(name, True, f"max abs error {err:.1e}", err)
 
 
-def _input_problem(got, given: Sequence, originals: Sequence, names: Sequence[str]) -> str:
-    """What is wrong with how fn treated its inputs (changed one in place, returned one or a view of it), or ''."""
+def _input_problem(got, given: Sequence, originals: Sequence, names: Sequence[str], views: bool = True) -> str:
+    """What is wrong with how fn treated its inputs (changed one in place, returned one or a view of it), or ''.
+    views=False allows a view (a pooling may rightly return x[:, 0]; its value is checked instead)."""
     for t, before, name in zip(given, originals, names):
         if isinstance(t, Tensor) and not torch.equal(t.detach(), before):
             return (f"changed its input {name} in place: the caller's tensor is overwritten. Compute into a new "
                     f"tensor (x = x - mu, not x -= mu or x.sub_(mu))")
-    for out in got if isinstance(got, (tuple, list)) else (got,):
+    for out in (got if isinstance(got, (tuple, list)) else (got,)) if views else ():
         for t, name in zip(given, names):
             if (isinstance(out, Tensor) and isinstance(t, Tensor) and out.numel() and t.numel()
                     and out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()):
@@ -165,6 +168,9 @@ def run_case(name: str, fn: Callable, reference: Callable, inputs: list[Tensor],
     if not result.passed or not grad:
         return result
     probe = torch.randn(want.shape, generator=torch.Generator().manual_seed(7), dtype=want.dtype)
+    if not got.requires_grad:
+        return CaseResult(name, False, "no gradient reached the inputs: the output has no grad_fn. Do not detach, "
+                                       "use torch.no_grad() or convert to numpy; use torch ops only")
     try:
         (got * probe).sum().backward()
     except Exception as exc:
@@ -192,8 +198,13 @@ def _add_hint(case: CaseResult, hint: str) -> None:
 
 # ---- notebook 03: LayerNorm by hand (and RMSNorm, notebook 05) ---------------------------------------------------
 
+TINY_RMS = "tokens with a tiny RMS (about 1e-3, near √ε ≈ 3e-3): where ε's place shows most"
+
+
 def _norm_cases(with_bias: bool) -> list[tuple[str, list[Tensor], float, float, bool]]:
-    """Hidden cases for a per-token norm: (name, [x, weight(, bias)], eps, tolerance, check gradients)."""
+    """Hidden cases for a per-token norm: (name, [x, weight(, bias)], eps, tolerance, check gradients). RMSNorm's
+    list starts with tiny-RMS tokens, where putting ε outside the root is off by a factor of about 3 rather than by
+    1e-5 (the round-off-sized miss an ordinary token shows)."""
     g = torch.Generator().manual_seed(2024)
 
     def params(d, dtype=torch.float32):
@@ -202,7 +213,8 @@ def _norm_cases(with_bias: bool) -> list[tuple[str, list[Tensor], float, float, 
         return [w, b] if with_bias else [w]
 
     x = torch.randn(4, 6, 16, generator=g)
-    return [
+    lead = [] if with_bias else [(TINY_RMS, [torch.randn(2, 8, generator=g) * 1e-3, *params(8)], 1e-5, 1e-4, False)]
+    return lead + [
         ("one token, d=8", [torch.randn(8, generator=g), *params(8)], 1e-5, 1e-5, False),
         ("batch (4, 6, 16)", [x, *params(16)], 1e-5, 1e-5, False),
         ("d = 1", [torch.randn(3, 1, generator=g), *params(1)], 1e-5, 1e-5, False),
@@ -268,9 +280,54 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> C
     return report
 
 
+def _rms_of(x: Tensor, eps: float, dim=-1, denominator=None) -> Tensor:
+    """x / sqrt(Σx²/n + eps) over dim, n = the size of dim unless `denominator` says otherwise."""
+    n = x.shape[dim] if denominator is None else denominator(x.shape[dim])
+    return x / torch.sqrt(x.pow(2).sum(dim, keepdim=True) / n + eps)
+
+
+RMS_NORM_MISTAKES: list[Mistake] = [
+    ("ε is added to the RMS; it belongs under the square root, beside the mean of the squares: "
+     "x / sqrt(mean(x²) + ε). The two agree for ordinary tokens; for a token with RMS 1e-3 and ε = 1e-5 they differ "
+     "by a factor of about 3, and by more for smaller tokens",
+     lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w),
+    ("ε is missing: x / sqrt(mean(x²) + ε)", lambda x, w, eps: _rms_of(x, 0.0) * w),
+    ("ε is squared: x / sqrt(mean(x²) + ε), with ε as given", lambda x, w, eps: _rms_of(x, eps * eps) * w),
+    ("ε is not the one given: F.rms_norm and nn.RMSNorm with eps=None (their default) use the dtype's machine "
+     "epsilon, about 1.2e-7 in float32; pass eps", lambda x, w, eps: _rms_of(x, torch.finfo(x.dtype).eps) * w),
+    ("the mean is subtracted: that is LayerNorm without β. RMSNorm does not re-center; it divides x itself by its RMS",
+     lambda x, w, eps: _standardized(x, eps) * w),
+    ("x is divided by σ, its spread about the mean, not by its RMS: RMS(x) = sqrt(mean(x²)), no mean subtracted",
+     lambda x, w, eps: x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * w),
+    ("x is divided by torch.std, its spread about the mean (and over d − 1), not by its RMS: "
+     "RMS(x) = sqrt(mean(x²)), no mean subtracted", lambda x, w, eps: x / torch.sqrt(x.var(-1, keepdim=True) + eps) * w),
+    ("the square root is missing: divide by sqrt(mean(x²) + ε), not by mean(x²) + ε",
+     lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True) + eps) * w),
+    ("this divides by the norm ‖x‖ = sqrt(Σx²); the RMS divides the sum of squares by d first: sqrt(Σx²/d + ε)",
+     lambda x, w, eps: _rms_of(x, eps, denominator=lambda d: 1) * w),
+    ("the sum of squares is divided by d − 1; the mean of the squares divides by d",
+     lambda x, w, eps: _rms_of(x, eps, denominator=lambda d: d - 1) * w),
+    ("γ is applied before normalizing: RMS(γ ⊙ x) divides most of γ out again. Normalize first, then scale: "
+     "γ ⊙ (x / RMS(x))", lambda x, w, eps: _rms_of(x * w, eps)),
+    ("γ (weight) is not applied: γ ⊙ x / RMS(x)", lambda x, w, eps: _rms_of(x, eps)),
+    ("x is divided by the mean of |x|, not by its RMS: square, average, then take the root, "
+     "sqrt(mean(x²) + ε)", lambda x, w, eps: x / (x.abs().mean(-1, keepdim=True) + eps) * w),
+    ("x is divided by the mean of |x|, not by its RMS: square, average, then take the root, "
+     "sqrt(mean(x²) + ε)", lambda x, w, eps: x / torch.sqrt(x.abs().mean(-1, keepdim=True) ** 2 + eps) * w),
+    ("the RMS is taken over the whole tensor; RMSNorm takes one per token, over the last dimension",
+     lambda x, w, eps: x / torch.sqrt(x.pow(2).mean() + eps) * w),
+    ("the RMS is taken over the wrong dimension; RMSNorm normalizes each token over its features, dim=-1",
+     lambda x, w, eps: _rms_of(x, eps, dim=0) * w),
+    ("x is multiplied by its RMS instead of divided by it", lambda x, w, eps: x * torch.sqrt(
+        x.pow(2).mean(-1, keepdim=True) + eps) * w),
+]
+
+
 def check_rms_norm(fn: Callable[[Tensor, Tensor, float], Tensor]) -> CheckReport:
-    """Check fn(x, weight, eps) -> RMSNorm over the last dimension, against torch.nn.functional.rms_norm."""
-    return _check_norm(CheckReport("rms_norm"), fn, lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps), False, ())
+    """Check fn(x, weight, eps) -> RMSNorm over the last dimension, against torch.nn.functional.rms_norm. The first
+    case is a token whose RMS is near √ε, so a misplaced ε fails by a wide margin and is named."""
+    return _check_norm(CheckReport("rms_norm"), fn, lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps), False,
+                       RMS_NORM_MISTAKES)
 
 
 # ---- notebook 02: masked batch statistics ------------------------------------------------------------------------
@@ -657,8 +714,28 @@ def check_depth_scaled_gain(fn: Callable[[int], float]) -> CheckReport:
 
 # ---- notebook 06: soft-capping and QK-norm ------------------------------------------------------------------------
 
+SOFTCAP_MISTAKES: list[Mistake] = [
+    ("a hard clip: clamp(x, −cap, cap) is the identity right up to the cap and passes no gradient beyond it; "
+     "soft-capping bends smoothly: cap · tanh(x / cap)", lambda x, cap: x.clamp(-cap, cap)),
+    ("the /cap inside is missing: cap · tanh(x) saturates once |x| passes about 2, whatever the cap; divide first: "
+     "cap · tanh(x / cap)", lambda x, cap: cap * torch.tanh(x)),
+    ("the cap outside is missing: tanh(x / cap) lies between −1 and 1; multiply by the cap: cap · tanh(x / cap)",
+     lambda x, cap: torch.tanh(x / cap)),
+    ("both caps are missing: tanh(x) lies between −1 and 1 and saturates at |x| ≈ 2; write cap · tanh(x / cap)",
+     lambda x, cap: torch.tanh(x)),
+    ("x is multiplied by the cap inside the tanh; divide it: cap · tanh(x / cap)",
+     lambda x, cap: cap * torch.tanh(x * cap)),
+    ("a sigmoid is not a tanh: cap · sigmoid(x / cap) lies between 0 and cap and moves 0 to cap/2; write "
+     "cap · tanh(x / cap)", lambda x, cap: cap * torch.sigmoid(x / cap)),
+    ("the logits come back unchanged: nothing is capped", lambda x, cap: x.clone()),
+]
+SOFTCAP_OVERFLOW = ("tanh written out with exponentials overflows: e^(2x/cap) is inf for x = 1e6, and inf / inf is "
+                    "nan; use torch.tanh, which is stable for any x")
+
+
 def check_softcap(fn: Callable[[Tensor, float], Tensor]) -> CheckReport:
-    """Check fn(x, cap) -> cap * tanh(x / cap), elementwise, against the course's softcap."""
+    """Check fn(x, cap) -> cap * tanh(x / cap), elementwise, against the course's softcap. The first case holds
+    logits on both sides of the cap, where every classic mistake fails by a wide margin and is named."""
     report = CheckReport("softcap")
     g = torch.Generator().manual_seed(6)
     x = torch.randn(4, 7, generator=g) * 40
@@ -671,13 +748,98 @@ def check_softcap(fn: Callable[[Tensor, float], Tensor]) -> CheckReport:
              ("gradients through autograd", x.double(), 30.0, 1e-8, True)]
     for name, inputs, cap, tol, grad in cases:
         report.cases.append(run_case(name, lambda t, cap=cap: fn(t, cap), lambda t, cap=cap: softcap(t, cap),
-                                     [inputs], tol, grad))
+                                     [inputs], tol, grad, arg_names=["x"],
+                                     mistakes=[(m, lambda t, cap=cap, wrong=wrong: wrong(t, cap))
+                                               for m, wrong in SOFTCAP_MISTAKES]))
+    huge = report.case("huge logits (1e6), cap 50: no overflow, no nan")
+    if "contains nan" in huge.detail and report.case("logits around the cap, cap 30").passed:
+        _add_hint(huge, SOFTCAP_OVERFLOW)
+    _float32_hint(report, "logits around the cap, cap 30")
+    lead_name, lead_x, lead_cap = cases[0][:3]
+    lead = report.case(lead_name)
+    if not lead.passed and not lead.mistake and lead.max_error > 0:
+        _show_worst_element(lead, fn, lead_x, lead_cap)
+        for case in report.cases[1:]:  # a mistake named only where the cap saturates everything is a coincidence
+            if case.mistake:
+                case.detail, case.mistake = case.detail.removesuffix(f": {case.mistake}"), ""
     return report
+
+
+def _show_worst_element(case: CaseResult, fn: Callable[[Tensor, float], Tensor], x: Tensor, cap: float) -> None:
+    """Add one input, the learner's output and the expected output where they differ most, to an unnamed failure."""
+    got, failed = call_learner(case.name, fn, x.clone(), cap)
+    if failed or not isinstance(got, Tensor) or got.shape != x.shape:
+        return
+    want = softcap(x, cap)
+    i = int((got.detach().to(want.dtype) - want).abs().flatten().nan_to_num(float("inf")).argmax())
+    case.detail += (f": for example x = {float(x.flatten()[i]):.4g} gave {float(got.detach().flatten()[i]):.4g}, "
+                    f"expected cap · tanh(x / cap) = {float(want.flatten()[i]):.4g}")
+
+
+def _float32_hint(report: CheckReport, plain_case: str) -> None:
+    """Right in float32 and off by float32's round-off in float64: the answer computes in float32 somewhere."""
+    f64 = report.case("float64")
+    if report.case(plain_case).passed and 0 < f64.max_error < 1e-4:
+        _add_hint(f64, FLOAT32_ONLY)
+
+
+def _unit(x: Tensor, w, eps: float, dim=-1) -> Tensor:
+    return w * x / torch.sqrt(x.pow(2).mean(dim, keepdim=True) + eps)
 
 
 def _qk_reference(q: Tensor, k: Tensor, weight_q: Tensor, weight_k: Tensor, eps: float) -> Tensor:
     d = q.shape[-1]
     return F.rms_norm(q, (d,), weight_q, eps) @ F.rms_norm(k, (d,), weight_k, eps).transpose(-2, -1) / math.sqrt(d)
+
+
+def _qk_mistakes(eps: float) -> list[Mistake]:
+    def logits(q, k, scale, dim=-1, wq=1.0, wk=1.0, norm=_unit):
+        return norm(q, wq, eps, dim) @ norm(k, wk, eps, dim).transpose(-2, -1) * scale
+
+    def d(q):
+        return q.shape[-1]
+
+    return [
+        ("the 1/√d_head is missing: after RMSNorm q̂ and k̂ each have norm √d (before the gains), so without it the "
+         "logits come out √d_head times too large; divide q̂ k̂ᵀ by √d_head", lambda q, k, wq, wk: logits(q, k, 1.0, wq=wq, wk=wk)),
+        ("the logits are divided by d_head; the scaling is 1/√d_head",
+         lambda q, k, wq, wk: logits(q, k, 1 / d(q), wq=wq, wk=wk)),
+        ("the logits are multiplied by √d_head; they are divided by it",
+         lambda q, k, wq, wk: logits(q, k, math.sqrt(d(q)), wq=wq, wk=wk)),
+        ("q and k are normalized over the tokens (dim −2); QK-norm normalizes each query and each key over the head "
+         "dimension, the last one", lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, dim=-2, wq=wq, wk=wk)),
+        ("the gains are not applied: γ_q multiplies the normalized queries, γ_k the normalized keys",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5)),
+        ("the gains are applied before normalizing: RMSNorm(γ ⊙ q) divides most of γ out again. Normalize first, "
+         "then scale: γ_q ⊙ q / RMS(q)", lambda q, k, wq, wk: logits(
+             q, k, d(q) ** -0.5, wq=wq, wk=wk, norm=lambda x, w, e, dim: _unit(x * w, 1.0, e, dim))),
+        ("γ_q is used for the keys too; the keys have their own gain, γ_k",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, wq=wq, wk=wq)),
+        ("γ_k is used for the queries too; the queries have their own gain, γ_q",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, wq=wk, wk=wk)),
+        ("the RMS is taken over the tokens and the features together, one number per head; QK-norm takes one per "
+         "query and one per key, over the head dimension (dim=-1)",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, dim=(-2, -1), wq=wq, wk=wk)),
+        ("q and k are ℓ2-normalized to norm 1 (F.normalize); RMSNorm divides by the RMS and leaves them norm √d",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, wq=wq, wk=wk,
+                                     norm=lambda x, w, e, dim: w * F.normalize(x, dim=dim, eps=e))),
+        ("the mean is subtracted (LayerNorm); this exercise uses RMSNorm, which does not re-center",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, wq=wq, wk=wk,
+                                     norm=lambda x, w, e, dim: w * _standardized(x, e, dim=dim))),
+        ("only the queries are normalized; QK-norm normalizes the keys too",
+         lambda q, k, wq, wk: _unit(q, wq, eps) @ k.transpose(-2, -1) / math.sqrt(d(q))),
+        ("only the keys are normalized; QK-norm normalizes the queries too",
+         lambda q, k, wq, wk: q @ _unit(k, wk, eps).transpose(-2, -1) / math.sqrt(d(q))),
+        ("ε is missing, or added to the RMS; it belongs under the square root: x / sqrt(mean(x²) + ε)",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, wq=wq, wk=wk,
+                                     norm=lambda x, w, e, dim: w * x / (x.pow(2).mean(dim, keepdim=True).sqrt() + e))),
+        ("the softmax is applied: return the logits, before the softmax",
+         lambda q, k, wq, wk: torch.softmax(logits(q, k, d(q) ** -0.5, wq=wq, wk=wk), -1)),
+    ]
+
+
+QK_TRANSPOSE = ("the product q̂ k̂ᵀ needs the keys' last two dimensions swapped: k.transpose(-2, -1) (k.T reverses "
+                "every dimension of a batched tensor)")
 
 
 def check_qk_norm_logits(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float], Tensor]) -> CheckReport:
@@ -702,15 +864,80 @@ def check_qk_norm_logits(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float], T
     for name, inputs, eps, tol, grad in cases:
         report.cases.append(run_case(name, lambda a, b, wq, wk, eps=eps: fn(a, b, wq, wk, eps),
                                      lambda a, b, wq, wk, eps=eps: _qk_reference(a, b, wq, wk, eps),
-                                     inputs, tol, grad))
+                                     inputs, tol, grad, mistakes=_qk_mistakes(eps),
+                                     arg_names=["q", "k", "weight_q", "weight_k"]))
+    for case in report.cases:  # q @ k without the transpose, or k.T on a batched tensor
+        if case.detail.startswith("raised") and ("cannot be multiplied" in case.detail or BROADCAST in case.detail):
+            case.detail = case.detail.replace(f" ({BROADCAST})", "") + f" ({QK_TRANSPOSE})"
+    _float32_hint(report, "(batch 2, heads 3, tokens 5, d_head 8)")
     return report
 
 
 # ---- notebook 08: mean pooling over real tokens ---------------------------------------------------------------------
 
+def _masked_sum(x: Tensor, mask: Tensor) -> Tensor:
+    return (x * mask.unsqueeze(-1).to(x.dtype)).sum(1)
+
+
+def _real_count(x: Tensor, mask: Tensor) -> Tensor:
+    return mask.sum(1, keepdim=True).to(x.dtype)
+
+
+MEAN_POOL_MISTAKES: list[Mistake] = [
+    ("the [PAD] positions count in the mean: padding leaks in. Average over the real tokens only (mask True)",
+     lambda x, m: x.mean(1)),
+    ("the real tokens are summed but not divided by their count: divide by the number of real tokens, mask.sum(1)",
+     _masked_sum),
+    ("the pads are zeroed but the sum is divided by the padded length; divide by the number of real tokens, "
+     "mask.sum(1)", lambda x, m: _masked_sum(x, m) / x.shape[1]),
+    ("the sum is divided by mask.sum(), the number of real tokens in the whole batch; each sequence needs its own "
+     "count, mask.sum(1, keepdim=True)", lambda x, m: _masked_sum(x, m) / m.sum().to(x.dtype)),
+    ("every position is summed, pads included, then divided by the number of real tokens: zero the pads first",
+     lambda x, m: x.sum(1) / _real_count(x, m)),
+    ("this is the mean over the pads: the mask is True at the real tokens",
+     lambda x, m: _masked_sum(x, ~m) / (~m).sum(1, keepdim=True).clamp(min=1).to(x.dtype)),
+    ("this is the first token's state ([CLS]) alone; mean pooling averages every real token", lambda x, m: x[:, 0]),
+    ("this is the last real token's state alone; mean pooling averages every real token",
+     lambda x, m: x[torch.arange(x.shape[0]), m.sum(1) - 1]),
+    ("this is the largest value over the real tokens (max pooling); mean pooling averages them",
+     lambda x, m: x.masked_fill(~m.unsqueeze(-1), float("-inf")).amax(1)),
+    ("the mean is L2-normalized: return the plain mean; the sentence embedding normalizes it afterwards",
+     lambda x, m: F.normalize(_masked_sum(x, m) / _real_count(x, m), dim=-1)),
+]
+
+
+POOL_UNSQUEEZE = ("the mask has shape (batch, seq) and the token states (batch, seq, d): give the mask a feature axis "
+                  "before multiplying, mask.unsqueeze(-1) (or mask[..., None]), so it broadcasts over the features")
+POOL_KEEPDIM = ("the count mask.sum(1) has shape (batch,) and the sum (batch, d): keep its axis, "
+                "mask.sum(1, keepdim=True), so each sequence's sum is divided by its own count")
+
+
+def _pool_shape_hint(detail: str) -> str:
+    """The broadcasting error of a mean pool, explained: a mask without its feature axis, or a count without
+    keepdim. PyTorch names the dimension that failed: 2 is (batch, seq, d) against the mask, 1 is (batch, d) against
+    the count."""
+    if f" ({BROADCAST})" not in detail:
+        return detail
+    where = detail.rsplit("at non-singleton dimension ", 1)[-1][:1]
+    hint = POOL_UNSQUEEZE if where == "2" else POOL_KEEPDIM if where == "1" else f"{POOL_UNSQUEEZE}; {POOL_KEEPDIM}"
+    return detail.replace(f" ({BROADCAST})", f" ({hint})")
+
+
+def _pool_wrong_shape(got: Tensor, x: Tensor) -> str:
+    """Why a mean pool's output has the shape it has, where that is clear, or ''."""
+    batch, seq, d = x.shape
+    if tuple(got.shape) == (d,):
+        return (": one vector for the whole batch (x[mask] puts every real token of every sequence in one list); "
+                "average each sequence's real tokens separately")
+    if tuple(got.shape) == (batch, seq) and seq != d:
+        return ": the average runs over the features (dim -1); mean pooling averages over the tokens, dim 1"
+    return ""
+
+
 def check_mean_pool(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckReport:
     """Check fn(token_states (batch, seq, d), attention_mask (batch, seq) bool) -> (batch, d), the mean over real
-    tokens only, against mean_pool; padded positions hold loud values that must not leak in."""
+    tokens only, against mean_pool; padded positions hold loud values that must not leak in. A wrong value that
+    matches a classic mistake (padding counted, a sum without the division, the wrong count) gets that mistake."""
     from .minilm import baseline, mean_pool  # here, not at the top: the other checkers never need the model module
 
     report = CheckReport("mean pooling")
@@ -722,25 +949,35 @@ def check_mean_pool(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckReport:
         x = torch.randn(len(lengths), t, d, generator=g, dtype=dtype)
         return torch.where(mask[..., None], x, 100.0 + 50.0 * x), mask
 
-    cases = [("equal lengths", *case([4, 4], 8)), ("variable lengths", *case([1, 6, 3], 16)),
+    cases = [("variable lengths", *case([1, 6, 3], 16)), ("equal lengths", *case([4, 4], 8)),
              ("one real token each", *case([1, 1], 4)), ("float64", *case([5, 2, 7], 8, torch.float64))]
     base = baseline()
     cases.append(("the model's token states for the course's sentences", base.hidden[-1], base.mask))
     for name, x, mask in cases:
         want = mean_pool(x, mask)
-        got, failed = call_learner(name, fn, x.clone(), mask.clone())
+        given = [x.clone(), mask.clone()]
+        got, failed = call_learner(name, fn, *given)
         if failed:
+            failed.detail = _pool_shape_hint(failed.detail)
             report.cases.append(failed)
+            continue
+        problem = _input_problem(got, given, [x, mask], ["token_states", "attention_mask"], views=False)
+        if problem:
+            report.cases.append(CaseResult(name, False, problem))
             continue
         if not isinstance(got, Tensor) or got.shape != want.shape:
             shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
-            report.cases.append(CaseResult(name, False, f"returned {shape}, expected shape {tuple(want.shape)}"))
+            why = _pool_wrong_shape(got, x) if isinstance(got, Tensor) else ""
+            report.cases.append(CaseResult(name, False, f"returned {shape}, expected shape {tuple(want.shape)}{why}"))
             continue
-        err = float((got.to(want.dtype) - want).abs().max())
+        err = float((got.detach().to(want.dtype) - want).abs().max())
         tol = 1e-10 if want.dtype == torch.float64 else 1e-5
-        if not err <= tol:
-            hint = " (is padding leaking into the mean?)" if err > 1 else ""
-            report.cases.append(CaseResult(name, False, f"max abs error {err:.3g} (tolerance {tol:g}){hint}", err))
-        else:
+        if err <= tol:
             report.cases.append(CaseResult(name, True, f"max abs error {err:.1e}", err))
+            continue
+        result = CaseResult(name, False, f"max abs error {err:.3g} (tolerance {tol:g})", err)
+        _add_hint(result, _closest_mistake(got.detach().to(want.dtype), err, MEAN_POOL_MISTAKES, [x, mask]))
+        if want.dtype == torch.float64 and err < 1e-4:
+            _add_hint(result, FLOAT32_ONLY)
+        report.cases.append(result)
     return report

@@ -27,7 +27,8 @@ from .transformer import TransformerBlock
 
 __all__ = ["CONFIG", "WEIGHT_MAP", "MiniLM", "Batch", "model_dir", "load_minilm", "load_tokenizer", "tokenize",
            "mean_pool", "sentence_embedding", "load_sentences", "SentencePairs", "pair_scores", "separation",
-           "load_reference", "reference_outputs", "layer_norms", "norm_inputs", "Baseline", "baseline", "run_from",
+           "load_reference", "reference_outputs", "layer_norms", "norm_inputs", "Baseline", "baseline_of", "baseline",
+           "run_from",
            "NORM_SITES", "REWIRINGS", "intervened_embeddings", "Damage", "damage"]
 
 CONFIG = dict(vocab_size=30522, d_model=384, n_heads=12, d_ff=1536, n_layers=6, max_position=512, type_vocab=2,
@@ -290,15 +291,20 @@ class Baseline:
         return self.batch.attention_mask
 
 
-@lru_cache(maxsize=1)
 @torch.no_grad()
-def baseline() -> Baseline:
-    """Load the model and the sentences, run them once (cached: every cell and panel shares this run)."""
-    model, pairs = load_minilm(), load_sentences()
+def baseline_of(pairs: SentencePairs) -> Baseline:
+    """The unmodified model run once on any sentence pairs (the claim experiments' random subsets of the course's)."""
+    model = load_minilm()
     batch = tokenize(pairs.sentences)
     states, hidden = model(batch.input_ids, batch.attention_mask, return_hidden=True)
     return Baseline(model, pairs, batch, hidden, sentence_embedding(states, batch.attention_mask),
                     norm_inputs(model, batch))
+
+
+@lru_cache(maxsize=1)
+def baseline() -> Baseline:
+    """Load the model and the course's sentences, run them once (cached: every cell and panel shares this run)."""
+    return baseline_of(load_sentences())
 
 
 def run_from(model: MiniLM, x: Tensor, mask: Tensor, start: int, edits: dict[int, dict] | None = None) -> Tensor:

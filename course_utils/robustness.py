@@ -17,6 +17,7 @@ as an error (it counts as disagreeing), never hides the others. The report is wh
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import importlib
 import json
@@ -33,6 +34,25 @@ ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = ROOT / "benchmarks" / "ROBUSTNESS.md"
 LEDGER = ROOT / "CLAIMS.md"
 _SENTENCE = re.compile(r" Robustness: [^|]*?\(\[report\]\(data/robustness/(C\d\d)\.json\)\)\.")
+_ROW = re.compile(r"^\|\s*(C\d\d)\s*\|(.*?)\|\s*`?(\d\d_[a-z_0-9]+)`?\s*\|(.*?)\|(.*?)\|\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerRow:
+    """One row of CLAIMS.md: | claim id | claim (source) | notebook | verdict | measured here, and the caveat |."""
+    claim: str
+    text: str
+    notebook: str
+    verdict: str
+    measured: str
+    line: str
+
+
+def ledger_rows(text: str | None = None) -> list[LedgerRow]:
+    """The claim rows of CLAIMS.md (or of `text`), in order; the one parser of the ledger."""
+    text = LEDGER.read_text(encoding="utf-8") if text is None else text
+    return [LedgerRow(m[1], m[2].strip(), m[3], m[4].strip(), m[5].strip(), line)
+            for line in text.splitlines() if (m := _ROW.match(line))]
 
 
 def load_experiments() -> dict[str, ClaimExperiment]:
@@ -101,7 +121,7 @@ def update_ledger(text: str, reports: dict[str, dict]) -> str:
     """CLAIMS.md with each reported claim's row ending in its current robustness sentence (others untouched)."""
     out = []
     for line in text.splitlines(keepends=True):
-        m = re.match(r"^\|\s*(C\d\d)\s*\|", line)
+        m = _ROW.match(line.rstrip("\n"))
         if m and m.group(1) in reports:
             body = _SENTENCE.sub("", line.rstrip("\n").rstrip())
             assert body.endswith("|"), line

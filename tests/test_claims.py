@@ -6,15 +6,13 @@ import nbformat
 import pytest
 
 from conftest import ROOT
+from course_utils.robustness import ledger_rows
 
 VERDICTS = {"holds", "holds with a caveat", "does not hold here"}
-ROW = re.compile(r"^\|\s*(C\d{2})\s*\|(.*?)\|\s*`?(\d\d_[a-z_0-9]+)`?\s*\|(.*?)\|(.*?)\|\s*$", re.M)
 
 
 def _ledger():
-    text = (ROOT / "CLAIMS.md").read_text(encoding="utf-8")
-    return [(cid, claim.strip(), nb, verdict.strip(), figure.strip()) for cid, claim, nb, verdict, figure
-            in ROW.findall(text)]
+    return [(r.claim, r.text, r.notebook, r.verdict, r.measured) for r in ledger_rows()]
 
 
 def _tagged_cells():

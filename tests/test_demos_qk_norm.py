@@ -128,3 +128,85 @@ def test_the_notebook_and_the_lab_train_the_same_recipe():
     assert lab.set(condition="soft-cap 50", steps=20, seed=2)
     by_hand = demo.train_with_recipe(demo.make_model("soft-cap 50", 2), 2, 20)
     assert lab.run(background=False)["history"].loss == by_hand.loss
+
+
+def test_scaling_table_scales_logits_by_s_squared_and_saturates():
+    from course_utils.course import lesson_functions
+    attention_probs = lesson_functions("06_qk_norm_and_softcapping")["attention_probs"]
+    rows = demo.scaling_table(attention_probs, *demo.probe_qk(seed=3))
+    assert all(demo.saturation_checks(rows, at=8).values())
+    assert not demo.saturation_checks(rows, at=1)["one-hot rows"]  # at s = 1 the softmax is soft
+    assert demo.qk_norm_map_is_scale_free(rows)
+
+
+def test_softcap_checks_accept_tanh_and_reject_a_hard_clip():
+    x = demo.softcap_grid(seed=1)
+    assert x.shape[0] > 6001 and bool((x.diff() > 0).all()) and float(x.abs().max()) == 300
+    good = demo.softcap_checks(lambda t, cap: cap * torch.tanh(t / cap), x, 30.0)
+    clip = demo.softcap_checks(lambda t, cap: t.clamp(-cap, cap), x, 30.0)
+    assert good["holds"] and math.isclose(good["slope_0"], 1.0)
+    assert not clip["holds"] and not clip["increasing"] and not clip["bounded"]
+
+
+def test_run_summary_and_the_outcome_tests():
+    h = History(step=list(range(30)), loss=[2.7] * 30, max_logit=[4.0] + [5e4] * 29)
+    s = demo.run_summary(h, checkpoints=(20,))
+    assert s["first_logit"] == 4.0 and s["peak_logit"] == 5e4 and math.isclose(s["final@20"], 2.7)
+    assert demo.ran_away(s) and not demo.learned(s) and not demo.qk_norm_bounded(s, 32)
+    ok = demo.run_summary(History(step=list(range(30)), loss=[0.05] * 30, max_logit=[4.0] * 15 + [20.0] * 15))
+    assert demo.learned(ok) and demo.qk_norm_bounded(ok, 32) and not demo.ran_away(ok)
+    assert not demo.qk_norm_bounded(demo.run_summary(History(loss=[0.05] * 30, max_logit=[4.0] * 30)), 32)
+
+
+def test_under_the_cap_holds_needs_every_part():
+    summary = {"first_logit": 4.0, "peak_logit": 1e5, "best": 2.0}
+    blur = {"growth": 20.0, "share_beyond": 0.95, "cap_slope": 0.01, "entropy": 1.5, "max_weight": 0.4,
+            "uniform_entropy": math.log(16)}
+    one_hot = {**blur, "entropy": 0.01, "max_weight": 0.99}
+    learned = ({**summary, "peak_logit": 30.0, "best": 0.01}, {**blur, "share_beyond": 0.0, "cap_slope": 1.0})
+    runs = {"no QK-norm": (summary, one_hot), "QK-norm": learned, "soft-cap 50": (summary, blur)}
+    assert demo.under_the_cap_holds(runs)
+    assert not demo.under_the_cap_holds(runs, capped="QK-norm")
+    assert not demo.under_the_cap_holds({**runs, "no QK-norm": (summary, blur)})  # the plain model must be one-hot
+    assert not demo.under_the_cap_holds({**runs, "QK-norm": (learned[0], {**learned[1], "growth": 2.0})})
+
+
+def test_final_logit_checks_on_made_up_runs():
+    def run(loss, logit, log_z, mean_logit=0.5, climb=True):
+        z = [log_z * (k + 1) / 30 for k in range(30)] if climb else [log_z] * 30
+        return {"loss": [loss] * 30, "max_logit": [logit] * 30, "log_z": z, "max_log_z": z,
+                "mean_logit": [mean_logit] * 30, "margin": [x / 2 for x in z]}
+    runs = {"no cap": run(0.001, 40.0, 25.0), "final cap 30": run(0.001, 29.0, 20.0), "z-loss 1e-4": run(0.001, 20.0, 5.0)}
+    assert all(demo.final_logit_checks(runs).values())
+    assert not demo.final_logit_checks({**runs, "no cap": run(0.001, 20.0, 15.0)})["final logits pass 30"]
+    assert not demo.final_logit_checks({**runs, "z-loss 1e-4": run(0.001, 20.0, 20.0)})["z-loss holds log Z down"]
+    assert not demo.final_logit_checks({**runs, "no cap": run(2.0, 40.0, 25.0)})["learned, no divergence"]
+    assert not demo.final_logit_checks({**runs, "no cap": run(0.001, 40.0, 25.0, climb=False)})["log Z climbs"]
+    # a shift of every logit (the mean logit far from 0) is the other mechanism, the one z-loss was made for
+    assert not demo.final_logit_checks({**runs, "no cap": run(0.001, 40.0, 25.0, mean_logit=-20.0)})[
+        "a margin, not a shift"]
+
+
+def test_train_output_logits_records_every_step_and_z_loss_changes_the_run():
+    from course_utils.transformer import TinyLM
+    def model():
+        return TinyLM(16, d_model=32, n_layers=1, n_heads=2, max_len=16, seed=0, qk_norm="layer", final_softcap=30.0)
+    plain = demo.train_output_logits(model(), seed=0, steps=5, lr=0.1)
+    z = demo.train_output_logits(model(), seed=0, steps=5, lr=0.1, z_loss=1.0)
+    assert all(len(v) == 5 for v in plain.values()) and max(plain["max_logit"]) < 30
+    assert {"mean_logit", "margin"} <= set(plain) and min(plain["margin"]) >= 0
+    assert plain["loss"][0] == z["loss"][0] and plain["loss"][-1] != z["loss"][-1]
+
+
+def test_the_stored_sweep_has_what_the_notebook_prints():
+    sweep = demo.load_sweep()
+    assert {"command", "run_at", "machine", "seconds", "steps", "points"} <= set(sweep)
+    assert "write_sweep" in sweep["command"] and sweep["steps"] == demo.SWEEP_STEPS
+    assert f"final@{demo.SANE_STEPS}" in sweep["points"][0]  # the control is rerun live against its stored point
+    table = demo.sweep_table(sweep)
+    assert set(table) == set(demo.SWEEP_CONDITIONS)
+    assert all(set(by_lr) == set(demo.SWEEP_LRS) for by_lr in table.values())
+    assert demo.sweep_lookup(sweep, "no QK-norm", demo.SANE_LR, 0)["seed"] == 0
+    with pytest.raises(KeyError):
+        demo.sweep_lookup(sweep, "no QK-norm", 0.5, 0)
+    assert len(demo.sweep_figure(sweep).data) == 2 * len(table) + 2  # chance, and the line that means "trained"

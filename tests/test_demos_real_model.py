@@ -62,3 +62,107 @@ def test_the_panels_zero_the_outliers_with_the_notebooks_zeroed():
     want = minilm.damage(base, minilm.intervened_embeddings(base, range(1, 7), lambda ln: zeroed(ln, dims)))
     assert list(panel.outputs[1].data[0].y) == want.cos.tolist()
     assert f"{float(want.cos.mean()):.4f}" in panel.outputs[0].value
+
+
+def test_intervention_panel_flags_a_collapse_instead_of_reading_the_ranking():
+    panel = build_panel("intervention_panel")
+    assert panel.set(layer=0, sublayers="both", intervention="remove")
+    readout = panel.outputs[0].value
+    assert "Collapsed" in readout and "unrelated sentences' mean cosine" in readout
+    assert panel.set(layer=0, intervention="rms")
+    readout = panel.outputs[0].value
+    assert "Collapsed" not in readout and "pairs ranked right 100% → <b>100%</b>" in readout
+
+
+def test_intervention_panel_computes_each_setting_once(monkeypatch):
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1:])
+        return minilm.intervened_embeddings(*args, **kwargs)
+    monkeypatch.setattr(demo, "intervened_embeddings", counted)
+    panel = build_panel("intervention_panel")
+    for layer in (3, 4, 3, 4):
+        assert panel.set(layer=layer, sublayers="both", intervention="pre")
+    first = panel.outputs[0].value
+    assert panel.set(layer=3) and panel.set(layer=4)
+    assert len(calls) == 3 and panel.outputs[0].value == first  # the default setting, then L3 and L4 once each
+
+
+def test_sentence_subsets_and_random_text():
+    full = minilm.load_sentences()
+    assert demo.sentence_subset(0).sentences == full.sentences
+    sub = demo.sentence_subset(3)
+    assert len(sub.similar) == len(sub.unrelated) == 7 and set(sub.similar) <= set(full.similar)
+    assert demo.sentence_subset(3).similar == sub.similar  # the seed decides
+    text = demo.random_text(1, n=3, length=5)
+    assert text.input_ids.shape == (3, 7) and text.tokens[0][0] == "[CLS]" and text.tokens[0][-1] == "[SEP]"
+
+
+def test_stream_after_and_the_spike(base):
+    assert demo.stream_after(base) is base.hidden
+    rewired = demo.stream_after(base, "pre")
+    assert len(rewired) == 7 and torch.equal(rewired[0], base.hidden[0])
+    with pytest.raises(ValueError, match="change"):
+        demo.stream_after(base, "sideways")
+    spike = demo.spike_sites(base)
+    assert (spike["position"], spike["feature"]) == (0, 99) and spike["entering"] > 10 * spike["stream"]
+
+
+def test_int8_error_and_the_sink_lesson(base):
+    roundtrip = LESSONS["int8_roundtrip"]
+    x = torch.randn(50, 16)
+    assert (roundtrip(x) - x).abs().max() <= x.abs().max() / 127 / 2 + 1e-6  # at most half a step
+    per_token = roundtrip(x, per_token=True)
+    assert ((per_token - x).abs() <= x.abs().amax(-1, keepdim=True) / 127 / 2 + 1e-6).all()
+    x[:, 3] *= 1000
+    ordinary = [d for d in range(16) if d != 3]
+    assert demo.int8_error(roundtrip, x, (), ordinary) > 10 * demo.int8_error(roundtrip, x, [3], ordinary)
+    assert demo.int8_error(roundtrip, x, [3]) == demo.int8_error(roundtrip, x, [3], ordinary)
+    with pytest.raises(ValueError, match="held aside"):
+        demo.int8_error(roundtrip, x, [3], [3, 4])
+    spiky = torch.randn(50, 16)
+    spiky[0, 3] = 1000.0                             # one value on one token: a per-token scale isolates it
+    table = demo.int8_table(roundtrip, spiky, 3, [3, 5])
+    checks, ratio = demo.int8_checks(table)
+    assert all(checks.values()) and ratio > 10
+    assert not all(demo.int8_checks(demo.int8_table(roundtrip, spiky, 3, [3, 5], held=7))[0].values())
+    shares, uniform = LESSONS["attention_to_cls"](base.model, base.hidden, base.mask)
+    assert len(shares) == 6 and all(0 < s < 1 for s in shares) and 0 < uniform < 0.2
+
+
+def test_attention_to_cls_matches_the_librarys_attention_probabilities(base):
+    bert = minilm.load_reference()[0].auto_model
+    chosen = bert.config._attn_implementation
+    bert.config._attn_implementation = "eager"  # the only one that returns its probabilities; restored below
+    try:
+        with torch.no_grad():
+            out = bert(input_ids=base.batch.input_ids, attention_mask=base.mask.long(), output_attentions=True)
+    finally:
+        bert.config._attn_implementation = chosen
+    want = [float(a[..., 0].permute(1, 0, 2)[:, base.mask].mean()) for a in out.attentions]  # real queries only
+    shares, uniform = LESSONS["attention_to_cls"](base.model, base.hidden, base.mask)
+    assert shares == pytest.approx(want, abs=1e-5)
+    assert uniform == pytest.approx(float((1 / base.mask.sum(1).float()).repeat_interleave(base.mask.sum(1)).mean()))
+
+
+def test_switching_a_feature_off_removes_the_sink_and_restores_the_model(base):
+    attention_to_cls = LESSONS["attention_to_cls"]
+    ln = minilm.layer_norms(base.model)["L1 FFN"]
+    before = ln.weight.clone(), ln.bias.clone()
+    shares, _ = attention_to_cls(base.model, base.hidden, base.mask)
+    off = demo.sink_without(base.model, base.batch, attention_to_cls, 99)
+    assert shares[1] > 5 * off[1]
+    assert torch.equal(ln.weight, before[0]) and torch.equal(ln.bias, before[1])   # restored
+    values = demo.value_norms(base.model, base.hidden, base.mask, blocks=(3,))
+    assert values[3][0] < values[3][1]
+
+
+def test_the_intervention_panel_grades_the_collapse_warning():
+    panel = build_panel("intervention_panel")
+    assert panel.set(layer=0, sublayers="both", intervention="remove")
+    assert "Collapsed" in panel.outputs[0].value
+    assert panel.set(layer=3, sublayers="both", intervention="pre")
+    assert "Partly collapsed" in panel.outputs[0].value
+    assert panel.set(layer=4, sublayers="both", intervention="rms")
+    assert "ollapsed" not in panel.outputs[0].value

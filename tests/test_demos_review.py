@@ -293,3 +293,68 @@ def test_the_notebooks_quiz_widgets_score_right_answers_and_reveal_model_answers
     for button in [demo.reveal_button(q.ref) for q in quiz.questions if not q.scored]:
         button.toggle.value = True
         assert button.shown.value, button
+
+
+# ---- the claim computations of sections 3 and 5 (C28-C34, C88, C89): each test can fail, each has a control -------
+
+def test_quiz_statistics_are_the_chapter_keys_and_what_pytorch_uses():
+    import torch
+    got = demo.quiz_statistics(torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64),
+                               torch.tensor([3.0, 4.0], dtype=torch.float64))
+    assert got == pytest.approx({"q5": 2.5, "q6": 1.25, "q7": 12.5 ** 0.5})
+
+
+def test_the_two_readings_of_q8():
+    assert demo.residual_sum("aligned", seed=3) == pytest.approx(20.0, abs=1e-9)
+    independent = [demo.residual_sum("independent", seed=s) for s in range(4)]
+    assert all(abs(v / (2 * 10 ** 0.5) - 1) < 0.1 for v in independent)
+    chapter = load_quiz("chapter_2_4")
+    assert chapter.grade("q8", 20).correct
+    reading = chapter.grade("q8", "6.32")  # 2√10: the independent reading, told which reading it is
+    assert not reading.correct and "independent random" in reading.feedback
+    assert "same direction" in chapter.question("q8").prompt  # the course's addition, in the prompt
+    with pytest.raises(ValueError, match="aligned"):
+        demo.residual_sum("sideways")
+
+
+def test_each_chain_check_fails_in_its_control():
+    diff, control = demo.parallel_vs_sequential(1), demo.parallel_vs_sequential(1, recurrent=False)
+    assert diff["attention"] < 1e-5 and diff["rnn"] > 1e-2 and control["rnn"] < 1e-5
+    assert demo.order_blindness(1)["distinct"] == 3
+    assert demo.order_blindness(1, positions=True)["deviation"] > 1e-3
+    assert demo.order_blindness(1, causal=True)["deviation"] > 1e-3
+    assert demo.future_leak(1)["past"] < 1e-5 < 1e-2 < demo.future_leak(1, causal=False)["past"]
+    start, end = demo.stream_growth("layer", "post", n_layers=3, seed=1)
+    assert abs(end - 1) < 0.01 and demo.stream_growth("layer", "pre", n_layers=3, seed=1)[1] > 1.2 * start
+
+
+def test_growth_without_a_norm_compounds_and_pre_ln_does_not():
+    plain, pre = demo.compounding("none", seed=1), demo.compounding("layer", seed=1)
+    assert 1.7 < plain["log_ratio"] < 2.4 and plain["long"] > 50
+    assert pre["log_ratio"] < 1.7  # the control: slow growth gives about ln 12 / ln 6, not 2
+
+
+def test_a_value_that_fits_two_mistakes_names_both_and_ranks_neither():
+    """3.5 for RMS(3, 4) is the plain mean and the RMS rounded to one decimal: the learner reads both."""
+    feedback = load_quiz("chapter_2_4").grade("q7", 3.5).feedback
+    assert "two different slips" in feedback and "rounded to one decimal" in feedback and "plain mean" in feedback
+    assert "(1)" in feedback and "(2)" in feedback
+    single = load_quiz("chapter_2_4").grade("q7", 12.5).feedback  # the mean of the squares alone: one hint, no list
+    assert "mean of the squares" in single and "(1)" not in single
+
+
+def test_the_chain_checks_leave_the_learners_random_numbers_alone():
+    import torch
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    demo.parallel_vs_sequential(0)
+    demo.order_blindness(0)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_every_claim_cell_prints_its_robustness_report():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    for cell in nb.cells:
+        for tag in cell.metadata.get("tags", []):
+            if tag.startswith("claim-"):
+                assert f'quote("{tag[6:]}")' in cell.source or "quote(claim)" in cell.source, tag

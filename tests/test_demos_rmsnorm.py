@@ -17,41 +17,124 @@ def test_ln_vs_rms_panel_refuses_nonsense_and_explains_a_large_mean():
     assert panel.set(features="3, 4, -1, 2", shift=10.0)
     readout, fig = panel.outputs
     assert "squashes" in readout.value
-    ln, rms = torch.tensor(fig.data[1].y), torch.tensor(fig.data[2].y)
+    ln, rms = torch.tensor(fig.data[0].y), torch.tensor(fig.data[1].y)
     assert ln.std() > 0.9 and rms.std() < 0.2
+    assert panel.set(features="3, 4", shift=0.0) and "(-1, +1)" in readout.value
+
+
+def test_ln_vs_rms_panel_default_shows_what_its_text_says():
+    panel = rms_demo.ln_vs_rms_panel()
+    readout, fig = panel.outputs
+    bars = {}
+    for shift in (0.0, 5.0):
+        assert panel.set(features=rms_demo.PANEL_TOKEN, scale=1.0, shift=shift)
+        bars[shift] = torch.tensor(fig.data[0].y), torch.tensor(fig.data[1].y)
+    d = len(bars[0.0][0])
+    assert d == 8 and max(abs(v) for v in fig.layout.yaxis.range) < 1.2 * d ** 0.5  # outputs fill the axis
+    assert (bars[0.0][0] - bars[5.0][0]).abs().max() < 1e-4  # the orange LayerNorm bars stay put
+    assert (bars[0.0][1] - bars[5.0][1]).abs().max() > 0.3  # the green RMSNorm bars move
+    assert bars[0.0][0].abs().max() > 0.3 * fig.layout.yaxis.range[1]  # and are tall enough to read
+    # then the scale a: at b = 0 it moves only the diamonds; at b = 5 it moves the green bars too, because
+    # RMSNorm(a·x + b) = RMSNorm(x + b/a); LayerNorm's bars stay put at both
+    for shift, rms_moves in ((0.0, False), (5.0, True)):
+        scaled = {}
+        for scale in (1.0, 3.0):
+            assert panel.set(features=rms_demo.PANEL_TOKEN, scale=scale, shift=shift)
+            scaled[scale] = (torch.tensor(fig.data[0].y), torch.tensor(fig.data[1].y), torch.tensor(fig.data[2].y))
+        assert (scaled[1.0][0] - scaled[3.0][0]).abs().max() < 1e-4, shift  # LayerNorm: no change
+        assert (scaled[1.0][2] - scaled[3.0][2]).abs().max() > 1.0, shift  # the diamonds move
+        green = (scaled[1.0][1] - scaled[3.0][1]).abs().max()
+        assert (green > 0.3) if rms_moves else (green < 1e-4), (shift, green)
 
 
 def test_benchmark_figures():
     result = normbench.run(normbench.lesson_variants(), **TINY)
-    bw, saving = rms_demo.bandwidth_figure(result), rms_demo.saving_figure(result)
-    assert len(bw.data) == len(result.variants) and bw.layout.barmode == "group"
-    assert len(saving.data) == len(result.pairs())
+    backward = normbench.run(normbench.lesson_backward_variants(), **{**TINY, "widths": (64,)})
+    timing = normbench.block_timing(repeats=1, number=1, d_model=32, batch=2, seq=8)
+    cost, saving = rms_demo.cost_figure(result, d=64), rms_demo.saving_figure(result, backward, timing)
+    assert [t.name.split(" ")[0] for t in cost.data] == ["predicted:", "measured"]
+    assert list(cost.data[0].y) == [result.predicted_x_copy(v) for v in cost.data[0].x]
+    assert normbench.COPY not in cost.data[0].x and cost.layout.barmode == "group"
+    assert len(saving.data) == len(result.pairs()) + len(backward.pairs()) + 2
     notes = [a.text for a in saving.layout.annotations]
     assert any("GPU: 6.9-40.8%" in n for n in notes) and any("chapter: 10-40%" in n for n in notes)
-    for fig in (bw, saving):
+    assert any("one Transformer: 6.9%" in n for n in notes)
+    for fig in (cost, saving):
         assert fig.layout.title.text and fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
 
 
-def test_train_both_uses_the_same_start_and_stops_on_request():
+def test_train_norms_uses_the_same_start_and_stops_on_request():
     seen = []
-    histories = rms_demo.train_both(seed=3, steps=4, callback=lambda norm, step, h: seen.append((norm, step)))
-    assert set(histories) == {"layer", "rms"} and all(len(h.loss) == 4 for h in histories.values())
-    assert seen[:4] == [("layer", s) for s in range(4)] and seen[4:] == [("rms", s) for s in range(4)]
+    histories = rms_demo.train_norms(seed=3, steps=4, callback=lambda norm, step, h: seen.append((norm, step)))
+    assert set(histories) == {"layer", "rms", "none"} and all(len(h.loss) == 4 for h in histories.values())
+    assert seen == [(n, s) for n in rms_demo.NORMS for s in range(4)]
     first = {n: h.loss[0] for n, h in histories.items()}
     assert abs(first["layer"] - first["rms"]) < 0.5  # same weights, same batch, only the norm differs
-    stopped = rms_demo.train_both(steps=50, should_stop=lambda: True)
+    stopped = rms_demo.train_norms(steps=50, should_stop=lambda: True)
     assert list(stopped) == ["layer"] and stopped["layer"].stopped
+
+
+def test_the_quality_test_fails_without_a_norm():
+    layer, rms, none = (rms_demo.trained(n, 0) for n in ("layer", "rms", "none"))
+    assert rms_demo.learns_like_layernorm(rms, layer)
+    assert not rms_demo.learns_like_layernorm(none, layer) and rms_demo.failed(none)
+    assert not rms_demo.learns_like_layernorm(rms_demo.History(loss=[float("nan")] * 3), layer)
+
+
+def test_centring_fold_is_exact_for_pre_ln_only():
+    pre, post = rms_demo.fold_gaps(4), rms_demo.fold_gaps(4, placement="post")
+    assert pre["centred"] < 1e-10 and pre["folded"] < 1e-10 and pre["stream_mean"] < 1e-12
+    assert pre["swapped"] > 0.1 and post["folded"] > 0.1
+    model = rms_demo.centre_writing_weights(rms_demo.fold_model(4))
+    for w in (model.tok_emb.weight, model.blocks[0].attn.out_proj.weight, model.blocks[-1].ffn.linear2.weight):
+        assert w.mean(dim=-1 if w is model.tok_emb.weight else 0).abs().max() < 1e-12
+
+
+def test_recentring_probe_leaves_layernorm_unchanged():
+    gaps = rms_demo.probe_logit_gaps(seed=2)
+    assert gaps["layer"] < 1e-9 and gaps["rms"] > 1e-3
 
 
 def test_quality_demo_trains_synchronously_and_refuses_a_second_run():
     demo = rms_demo.quality_demo()
     demo.steps.value = 50
     histories = demo.run(background=False)
-    assert set(histories) == {"layer", "rms"} and demo.result is histories
-    assert len(demo.figure.data[1].y) == 50 == len(demo.figure.data[2].y)
+    assert set(histories) == {"layer", "rms", "none"} and demo.result is histories
+    assert len(demo.figure.data[1].y) == 50 == len(demo.figure.data[2].y) == len(demo.figure.data[3].y)
     assert "final loss" in demo.summary.value
     assert demo.run(background=True) is None and demo.runner.running  # the background run starts, returns at once
     assert not demo.start(background=True) and "already going" in demo.runner.status.value
     demo.runner.stop()
     demo.runner.join(30)
     assert not demo.runner.running and demo.runner.error is None
+
+
+def test_speed_checks_fail_when_their_premise_fails():
+    result = normbench.BenchResult((8,), 64, 1, 3, 1, [normbench.COPY, "RMSNorm by hand", "LayerNorm by hand"])
+    result.passes = {normbench.COPY: (1, 1), "RMSNorm by hand": (4, 3), "LayerNorm by hand": (8, 6)}
+    result.times = {(normbench.COPY, 8): [1.0] * 3, ("RMSNorm by hand", 8): [4.0] * 3, ("LayerNorm by hand", 8): [8.0] * 3}
+    assert all(rms_demo.cost_model_checks(result).values())
+    result.times[("RMSNorm by hand", 8)] = [9.0] * 3  # slower than LayerNorm: the predicted order fails
+    assert not rms_demo.cost_model_checks(result)["copy < RMSNorm < LayerNorm, by hand"]
+    result.times[("RMSNorm by hand", 8)] = [1.5] * 3  # far faster than its 7 passes allow
+    assert not rms_demo.cost_model_checks(result)[f"each at least {rms_demo.COST_FLOOR}x its prediction"]
+    found = rms_demo.like_with_like(result, "LayerNorm by hand", "RMSNorm by hand")
+    assert found == {"passes": (7, 14), "savings": [pytest.approx(1 - 1.5 / 8)]}
+    good = {"block_saving": 0.03, "norm_saving": 0.4}
+    assert all(rms_demo.block_checks(good).values())
+    assert not all(rms_demo.block_checks({**good, "block_saving": 0.3}).values())  # a block saving like the norm's
+    assert not all(rms_demo.block_checks({**good, "norm_saving": 0.05}).values())
+
+
+def test_micro_ratios_read_the_micro_experiment():
+    result = normbench.run(normbench.micro_variants(), **{**TINY, "widths": (64,)})
+    ratios = rms_demo.micro_ratios(result)
+    assert set(ratios) == {"two ops", "more arithmetic", "copy"} and all(r > 0 for r in ratios.values())
+
+
+def test_speed_claims_are_registered_with_controls():
+    from course_utils.evidence import EXPERIMENTS
+    for claim in ("C25", "C26", "C78", "C79", "C80"):
+        assert EXPERIMENTS[claim].notebook == "05_rmsnorm"
+    for claim in ("C25", "C78", "C80"):
+        assert [s.expect for s in EXPERIMENTS[claim].settings] == [True, False]

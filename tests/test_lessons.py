@@ -21,7 +21,8 @@ LESSONS = {
     "04_pre_vs_post_ln": {"measure_at_init"},
     "05_rmsnorm": {"rms_norm", "layer_norm"},
     "06_qk_norm_and_softcapping": {"attention_probs", "softcap_logits"},
-    "08_real_model": {"feature_loudness", "far", "outlier_dims", "zeroed", "rms_instead", "attention_logits"},
+    "08_real_model": {"feature_loudness", "far", "outlier_dims", "zeroed", "rms_instead", "attention_logits",
+                      "attention_to_cls", "int8_roundtrip"},
 }
 
 

@@ -16,6 +16,7 @@ from conftest import ROOT
 from course_utils.quiz import notebook as quiz_notebook
 from course_utils.quiz import (QuizFormatError, Result, UnknownQuizError, answer, load_quiz, markdown_html,
                                quiz_names, reveal, score_summary)
+from course_utils.quiz.files import read_quiz
 
 NOTEBOOKS = ["00_start_here", "01_why_normalize", "02_batchnorm_and_padding", "03_layernorm", "04_pre_vs_post_ln",
              "05_rmsnorm", "06_qk_norm_and_softcapping", "07_review", "08_real_model"]
@@ -207,8 +208,22 @@ def test_sign_and_rounding_hints():
     assert "3 decimal places" in quiz.grade("q1", "-1.34").feedback
 
 
-def test_relative_tolerance_for_tiny_keys():
-    quiz = load_quiz("08_real_model")
+_TINY_KEY = """title = "tiny"
+[[questions]]
+id = "q2"
+kind = "numeric"
+section = "s"
+points = 1
+prompt = "What eps does the model's LayerNorm use?"
+answer = 1e-12
+rel_tolerance = 1e-6
+explanation = "BERT's eps."
+"""
+
+
+def test_relative_tolerance_for_tiny_keys(tmp_path):
+    (tmp_path / "tiny.toml").write_text(_TINY_KEY, encoding="utf-8")
+    quiz = read_quiz(tmp_path / "tiny.toml")
     assert quiz.grade("q2", "1e-12").correct and quiz.grade("q2", 1e-12).correct
     assert quiz.grade("q2", 1e-11).status == "wrong" and quiz.grade("q2", 0).status == "wrong"
 

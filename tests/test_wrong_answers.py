@@ -1,6 +1,6 @@
-"""Each exercise checker of notebooks 01-04 against the wrong answers a learner would really write, and right answers
-written differently: every wrong one is rejected with a message that says what went wrong (not a traceback), and
-every right one passes."""
+"""Each exercise checker (notebooks 01-06 and 08) against the wrong answers a learner would really write, and right
+answers written differently: every wrong one is rejected with a message that says what went wrong (its own hint, not a
+traceback), and every right one passes."""
 import copy
 import math
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import exercises, norms
-from course_utils.transformer import TransformerBlock
+from course_utils.transformer import TransformerBlock, softcap
 
 
 def _rejected(report, expect):
@@ -228,6 +228,208 @@ LAYER_NORM_RIGHT = {
     "from the std": _ln_from_std,
     "centred first": lambda x, w, b, eps: _x_hat(x, eps) * w + b,
     "float64 inside": lambda x, w, b, eps: (_x_hat(x.double(), eps) * w.double() + b.double()).to(x.dtype),
+}
+
+
+# ---- notebook 05: check_rms_norm ----------------------------------------------------------------------------------
+
+def _ms(x, dim=-1):
+    return x.pow(2).mean(dim, keepdim=True)
+
+
+def _rms_in_place(x, w, eps):
+    return x.div_(torch.sqrt(_ms(x) + eps)).mul_(w)
+
+
+RMS_WRONG = {
+    "eps outside the root": (lambda x, w, eps: x / (torch.sqrt(_ms(x)) + eps) * w, "ε is added to the RMS"),
+    "eps forgotten": (lambda x, w, eps: x / torch.sqrt(_ms(x)) * w, "ε is missing"),
+    "eps squared": (lambda x, w, eps: x / torch.sqrt(_ms(x) + eps ** 2) * w, "ε is squared"),
+    "F.rms_norm with its default eps": (lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w), "eps=None"),
+    "mean subtracted (LayerNorm without beta)": (lambda x, w, eps: F.layer_norm(x, x.shape[-1:], w, None, eps),
+                                                 "the mean is subtracted"),
+    "divides by the standard deviation": (lambda x, w, eps: x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False)
+                                                                           + eps) * w, "divided by σ"),
+    "square root forgotten": (lambda x, w, eps: x / (_ms(x) + eps) * w, "square root is missing"),
+    "the norm, not the RMS": (lambda x, w, eps: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w, "‖x‖"),
+    "sum of squares over d - 1": (lambda x, w, eps: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) / (x.shape[-1] - 1)
+                                                                   + eps) * w, "d − 1"),
+    "gamma forgotten": (lambda x, w, eps: x / torch.sqrt(_ms(x) + eps), "γ (weight) is not applied"),
+    "gamma applied before normalizing": (lambda x, w, eps: F.rms_norm(x * w, x.shape[-1:], None, eps),
+                                         "γ is applied before normalizing"),
+    "mean |x| instead of the RMS": (lambda x, w, eps: x / (x.abs().mean(-1, keepdim=True) + eps) * w, "mean of |x|"),
+    "mean |x|, eps under the root": (lambda x, w, eps: x / torch.sqrt(x.abs().mean(-1, keepdim=True) ** 2 + eps) * w,
+                                     "mean of |x|"),
+    "torch.std": (lambda x, w, eps: x / torch.sqrt(x.std(-1, keepdim=True) ** 2 + eps) * w, "torch.std"),
+    "RMS of the whole tensor": (lambda x, w, eps: x / torch.sqrt(x.pow(2).mean() + eps) * w, "whole tensor"),
+    "RMS over dim 0": (lambda x, w, eps: x / torch.sqrt(_ms(x, 0) + eps) * w, "wrong dimension"),
+    "multiplied by the RMS": (lambda x, w, eps: x * torch.sqrt(_ms(x) + eps) * w, "multiplied by its RMS"),
+    "mean without keepdim": (lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1) + eps) * w, "keepdim=True"),
+    "float32 inside, float64 given": (lambda x, w, eps: norms.rms_norm(x.float(), None, w.float(), eps).to(x.dtype),
+                                      "float32 precision"),
+    "detached": (lambda x, w, eps: norms.rms_norm(x.detach(), None, w, eps), "no gradient reached"),
+    "in place": (_rms_in_place, "in place"),
+}
+RMS_RIGHT = {
+    "the lesson's": lambda x, w, eps: norms.rms_norm(x, None, w, eps),
+    "F.rms_norm with eps": lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps),
+    "rsqrt": lambda x, w, eps: x * torch.rsqrt(_ms(x) + eps) * w,
+    "from the norm": lambda x, w, eps: w * x / torch.sqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True) ** 2
+                                                          / x.shape[-1] + eps),
+    "float64 inside": lambda x, w, eps: (x.double() * torch.rsqrt(_ms(x.double()) + eps) * w.double()).to(x.dtype),
+}
+
+
+def test_rms_norm_leads_with_the_tiny_rms_case_where_a_misplaced_eps_shows_big():
+    report = exercises.check_rms_norm(RMS_WRONG["eps outside the root"][0])
+    first = report.first_failure
+    assert first is report.cases[0] and first.max_error > 1.0 and "under the square root" in first.detail
+
+
+# ---- notebook 06: check_softcap and check_qk_norm_logits ----------------------------------------------------------
+
+def _tanh_by_exp(x, cap):
+    u = torch.exp(2 * x / cap)
+    return cap * (u - 1) / (u + 1)
+
+
+def _softcap_in_place(x, cap):
+    return x.div_(cap).tanh_().mul_(cap)
+
+
+SOFTCAP_WRONG = {
+    "hard clip": (lambda x, cap: x.clamp(-cap, cap), "hard clip"),
+    "cap * tanh(x): no /cap inside": (lambda x, cap: cap * torch.tanh(x), "the /cap inside is missing"),
+    "tanh(x / cap): no cap outside": (lambda x, cap: torch.tanh(x / cap), "the cap outside is missing"),
+    "tanh(x)": (lambda x, cap: torch.tanh(x), "both caps are missing"),
+    "x * cap inside": (lambda x, cap: cap * torch.tanh(x * cap), "multiplied by the cap inside"),
+    "sigmoid": (lambda x, cap: cap * torch.sigmoid(x / cap), "sigmoid is not a tanh"),
+    "unchanged copy": (lambda x, cap: x.clone(), "nothing is capped"),
+    "the input itself": (lambda x, cap: x, "returned x itself"),
+    "tanh from exponentials": (_tanh_by_exp, "overflows"),
+    "float32 inside, float64 given": (lambda x, cap: (cap * torch.tanh(x.float() / cap)).to(x.dtype),
+                                      "float32 precision"),
+    "detached": (lambda x, cap: cap * torch.tanh(x.detach() / cap), "no gradient reached"),
+    "in place": (_softcap_in_place, "in place"),
+    # no classic mistake: the first failure shows one input, what came out and what was expected
+    "arctan": (lambda x, cap: cap * torch.atan(x / cap), "expected cap · tanh(x / cap)"),
+    "softsign": (lambda x, cap: x / (1 + x.abs() / cap), "expected cap · tanh(x / cap)"),
+    "the identity below the cap, tanh above": (lambda x, cap: torch.where(x.abs() > cap, cap * torch.tanh(x / cap), x),
+                                               "expected cap · tanh(x / cap)"),
+}
+SOFTCAP_RIGHT = {
+    "the course's": softcap,
+    "tanh, cap last": lambda x, cap: torch.tanh(x / cap) * cap,
+    "method chain": lambda x, cap: x.div(cap).tanh().mul(cap),
+    "through a sigmoid": lambda x, cap: cap * (2 * torch.sigmoid(2 * x / cap) - 1),
+}
+
+
+def _rms_g(x, w, eps, dim=-1):
+    return w * x / torch.sqrt(x.pow(2).mean(dim, keepdim=True) + eps)
+
+
+def _qk(q, k, wq, wk, eps, *, scale=lambda d: d ** -0.5, dim=-1):
+    return _rms_g(q, wq, eps, dim) @ _rms_g(k, wk, eps, dim).transpose(-2, -1) * scale(q.shape[-1])
+
+
+def _qk_unit_norm(q, k, wq, wk, eps):
+    return (wq * F.normalize(q, dim=-1)) @ (wk * F.normalize(k, dim=-1)).transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def _qk_layer_norm(q, k, wq, wk, eps):
+    d = q.shape[-1]
+    return F.layer_norm(q, (d,), wq, None, eps) @ F.layer_norm(k, (d,), wk, None, eps).transpose(-2, -1) / d ** 0.5
+
+
+def _qk_eps_outside(q, k, wq, wk, eps):
+    def n(x, w):
+        return w * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps)
+    return n(q, wq) @ n(k, wk).transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+QK_WRONG = {
+    "no 1/sqrt(d)": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, scale=lambda d: 1.0), "1/√d_head is missing"),
+    "divided by d": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, scale=lambda d: 1 / d), "divided by d_head"),
+    "multiplied by sqrt(d)": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, scale=lambda d: d ** 0.5),
+                              "multiplied by √d_head"),
+    "normalized over the tokens": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, dim=-2), "over the tokens"),
+    "gains forgotten": (lambda q, k, wq, wk, eps: _qk(q, k, 1.0, 1.0, eps), "gains are not applied"),
+    "unit-norm q and k (F.normalize)": (_qk_unit_norm, "ℓ2-normalized"),
+    "LayerNorm instead of RMSNorm": (_qk_layer_norm, "the mean is subtracted"),
+    "queries only": (lambda q, k, wq, wk, eps: _rms_g(q, wq, eps) @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]),
+                     "only the queries"),
+    "keys only": (lambda q, k, wq, wk, eps: q @ _rms_g(k, wk, eps).transpose(-2, -1) / math.sqrt(q.shape[-1]),
+                  "only the keys"),
+    "eps outside the root": (_qk_eps_outside, "added to the RMS"),
+    "eps missing": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, 0.0), "ε is missing"),
+    "softmax applied": (lambda q, k, wq, wk, eps: torch.softmax(_qk(q, k, wq, wk, eps), -1), "softmax"),
+    "keys not transposed": (lambda q, k, wq, wk, eps: _rms_g(q, wq, eps) @ _rms_g(k, wk, eps) / math.sqrt(q.shape[-1]),
+                            "k.transpose(-2, -1)"),
+    "k.T on a batched tensor": (lambda q, k, wq, wk, eps: _rms_g(q, wq, eps) @ _rms_g(k, wk, eps).T
+                                / math.sqrt(q.shape[-1]), "k.transpose(-2, -1)"),
+    "float32 inside, float64 given": (lambda q, k, wq, wk, eps: _qk(q.float(), k.float(), wq.float(), wk.float(),
+                                                                     eps).to(q.dtype), "float32 precision"),
+    "detached": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps).detach(), "no gradient reached"),
+    "gains applied before normalizing": (lambda q, k, wq, wk, eps: _qk(q * wq, k * wk, 1.0, 1.0, eps),
+                                         "applied before normalizing"),
+    "gamma_q for both": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wq, eps), "γ_q is used for the keys too"),
+    "gamma_k for both": (lambda q, k, wq, wk, eps: _qk(q, k, wk, wk, eps), "γ_k is used for the queries too"),
+    "RMS over tokens and features": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, dim=(-2, -1)),
+                                     "over the tokens and the features together"),
+}
+QK_RIGHT = {
+    "from the parts": _qk,
+    "F.rms_norm and .mT": lambda q, k, wq, wk, eps: (F.rms_norm(q, q.shape[-1:], wq, eps)
+                                                     @ F.rms_norm(k, k.shape[-1:], wk, eps).mT / q.shape[-1] ** 0.5),
+    "einsum with rsqrt": lambda q, k, wq, wk, eps: torch.einsum(
+        "...id,...jd->...ij", q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps) * wq,
+        k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + eps) * wk) / math.sqrt(q.shape[-1]),
+    # the logits are Σ_d γq_d γk_d q̂_d k̂_d: symmetric in the two gains, so swapping them is no mistake
+    "gains swapped": lambda q, k, wq, wk, eps: _qk(q, k, wk, wq, eps),
+}
+
+
+# ---- notebook 08: check_mean_pool ---------------------------------------------------------------------------------
+
+def _pool_sum(x, m):
+    return (x * m.unsqueeze(-1).to(x.dtype)).sum(1)
+
+
+def _pool_count(x, m):
+    return m.sum(1, keepdim=True).to(x.dtype)
+
+
+MEAN_POOL_WRONG = {
+    "padding counted": (lambda x, m: x.mean(1), "padding leaks in"),
+    "a plain sum, no division": (_pool_sum, "not divided by their count"),
+    "divided by the padded length": (lambda x, m: _pool_sum(x, m) / x.shape[1], "divided by the padded length"),
+    "pads summed, divided by the real count": (lambda x, m: x.sum(1) / _pool_count(x, m), "zero the pads first"),
+    "mask inverted": (lambda x, m: _pool_sum(x, ~m) / (~m).sum(1, keepdim=True).to(x.dtype), "mean over the pads"),
+    "the [CLS] token": (lambda x, m: x[:, 0], "[CLS]"),
+    "the last real token": (lambda x, m: x[torch.arange(len(x)), m.sum(1) - 1], "last real token"),
+    "max pooling": (lambda x, m: x.masked_fill(~m.unsqueeze(-1), -1e9).amax(1), "max pooling"),
+    "normalized": (lambda x, m: F.normalize(_pool_sum(x, m) / _pool_count(x, m), dim=-1), "L2-normalized"),
+    "pooled over the batch": (lambda x, m: _pool_sum(x.transpose(0, 1), m.T), "expected shape"),
+    "count without keepdim": (lambda x, m: _pool_sum(x, m) / m.sum(1), "mask.sum(1, keepdim=True)"),
+    "mask without its feature axis": (lambda x, m: (x * m).sum(1) / m.sum(1), "mask.unsqueeze(-1)"),
+    "mask without its feature axis, count kept": (lambda x, m: (x * m).sum(1) / m.sum(1, keepdim=True),
+                                                  "mask.unsqueeze(-1)"),
+    "divided by the whole batch's count": (lambda x, m: _pool_sum(x, m) / m.sum(), "the whole batch"),
+    "x[mask].mean(0)": (lambda x, m: x[m].mean(0), "one vector for the whole batch"),
+    "averaged over the features": (lambda x, m: (x * m.unsqueeze(-1)).sum(-1) / m.sum(1, keepdim=True),
+                                   "over the features"),
+    "float32 inside, float64 given": (lambda x, m: (_pool_sum(x.float(), m) / _pool_count(x.float(), m)).to(x.dtype),
+                                      "float32 precision"),
+    "zeroes the pads of the input in place": (lambda x, m: x.mul_(m.unsqueeze(-1)).sum(1) / _pool_count(x, m),
+                                              "in place"),
+}
+MEAN_POOL_RIGHT = {
+    "the course's": lambda x, m: __import__("course_utils.minilm", fromlist=["mean_pool"]).mean_pool(x, m),
+    "weights and sums": lambda x, m: _pool_sum(x, m) / _pool_count(x, m),
+    "a loop over sequences": lambda x, m: torch.stack([x[i][m[i]].mean(0) for i in range(len(x))]),
+    "nanmean over masked values": lambda x, m: torch.where(m.unsqueeze(-1), x, float("nan")).nanmean(1),
+    "einsum": lambda x, m: torch.einsum("btd,bt->bd", x, m.to(x.dtype)) / _pool_count(x, m),
 }
 
 
@@ -461,12 +663,19 @@ CHECKERS = {  # checker, its plausible wrong answers (each with the words its fa
     "layer_norm": (exercises.check_layer_norm, LAYER_NORM_WRONG, LAYER_NORM_RIGHT),
     "Post-LN forward": (exercises.check_post_ln_forward, POST_WRONG, POST_RIGHT),
     "DeepNorm forward": (exercises.check_deepnorm_forward, DEEP_WRONG, DEEP_RIGHT),
+    "rms_norm": (exercises.check_rms_norm, RMS_WRONG, RMS_RIGHT),
+    "softcap": (exercises.check_softcap, SOFTCAP_WRONG, SOFTCAP_RIGHT),
+    "QK-norm logits": (exercises.check_qk_norm_logits, QK_WRONG, QK_RIGHT),
+    "mean pooling": (exercises.check_mean_pool, MEAN_POOL_WRONG, MEAN_POOL_RIGHT),
 }
 UNBIASED_ON_D1 = pytest.mark.filterwarnings("ignore:var.*degrees of freedom:UserWarning")  # layer_norm's d = 1 case
+BATCHED_T = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")  # the k.T mistake, on a 4-d tensor
+MARKS = {"layer_norm": [UNBIASED_ON_D1], "rms_norm": [UNBIASED_ON_D1], "QK-norm logits": [BATCHED_T]}
 
 
+@pytest.mark.filterwarnings(r"ignore:std\(\). degrees of freedom")  # torch.std on a one-feature token
 @pytest.mark.parametrize("checker, label", [
-    pytest.param(c, label, id=f"{c}-{label}", marks=[UNBIASED_ON_D1] if c == "layer_norm" else [])
+    pytest.param(c, label, id=f"{c}-{label}", marks=MARKS.get(c, []))
     for c, (_, wrong, _) in CHECKERS.items() for label in wrong])
 def test_each_checker_rejects_each_wrong_answer(checker, label):
     check, wrong, _ = CHECKERS[checker]

@@ -607,8 +607,7 @@ def gradient_profile_claim(seed, measure_at_init, *, check_depths=(12, 24)):
     profile = gradient_profile(_init_data(measure_at_init, 3 * seed))
     checks = gradient_claims(profile, check_depths)
     post_in, post_out = profile["quarters"][max(check_depths), "post"]  # the figure of the depth this setting tests
-    failed = [name for name, ok in checks.items() if not ok]
-    return Outcome(not failed, post_out / post_in, "all hold" if not failed else "failed: " + ", ".join(failed))
+    return Outcome.of_checks(checks, post_out / post_in)
 
 
 def steps_to_learn(history: History, threshold: float = 0.8, window: int = 5) -> int | None:
@@ -732,8 +731,9 @@ def later_layers_claim(seed, measure_at_init):
     idx, _, _ = copy_task_batch(64, generator=torch.Generator().manual_seed(SPREAD_PROBE_SEED), **TASK)
     trained = []
     for cfg in (RACE[2], RACE[1]):
+        model = _trained(cfg, 4, seed, 1e-2, 50, 100)[1]  # trained outside no_grad: the cache may be cold
         with torch.no_grad():
-            _, hidden = _trained(cfg, 4, seed, 1e-2, 50, 100)[1](idx, return_hidden=True)
+            _, hidden = model(idx, return_hidden=True)
         updates, rms = relative_updates(hidden), [h.pow(2).mean().sqrt().item() for h in hidden]
         if cfg.placement == "pre":
             trained.append(rms[-1] > 5 * rms[0] and max(updates[1:]) < 0.5)

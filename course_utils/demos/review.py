@@ -2,17 +2,25 @@
 brings any notebook's checkpoint quiz into this kernel so score_summary() can count it."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
+import torch
+import torch.nn.functional as F
+from torch import nn
 
 from ..course import NOTEBOOKS
+from ..evidence import Outcome, Setting, claim_experiment
 from ..figures import color, static_figure
 from ..panel import Panel, register_panel
 from ..quiz import load_quiz, parse_ref, quiz_names, reveal
+from ..transformer import MultiHeadAttention, TinyLM
 
-__all__ = ["Link", "CHAIN", "chain_figure", "reveal_button", "checkpoint_names", "checkpoint_picker"]
+__all__ = ["Link", "CHAIN", "chain_figure", "reveal_button", "checkpoint_names", "checkpoint_picker",
+           "quiz_statistics", "residual_sum", "parallel_vs_sequential", "order_blindness", "future_leak",
+           "stream_growth", "compounding"]
 
 
 @dataclass(frozen=True)
@@ -151,3 +159,238 @@ def checkpoint_picker() -> Panel:
     panel = Panel(controls, [note, holder], update, title="Retake a checkpoint quiz", columns=1)
     panel.views = views
     return panel
+
+
+# ---- section 3 and section 5: the computations behind the claim cells (C28-C34, C88), shared with their experiments -
+
+def quiz_statistics(x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """Q5-Q7 from scratch: the mean and biased variance of x, the RMS of y, each checked against the statistics
+    PyTorch's own kernels use (F.layer_norm, F.rms_norm, with eps = 0); raises AssertionError if one differs."""
+    mu = x.mean()
+    var = ((x - mu) ** 2).mean()  # divide by d, as LayerNorm does
+    torch.testing.assert_close(F.layer_norm(x, x.shape, eps=0.0), (x - mu) / var.sqrt())
+    rms = y.pow(2).mean().sqrt()
+    torch.testing.assert_close(F.rms_norm(y, y.shape, eps=0.0), y / rms)
+    return {"q5": mu.item(), "q6": var.item(), "q7": rms.item()}
+
+
+def residual_sum(directions: str, *, n_blocks: int = 10, size: float = 2.0, d: int = 512, seed: int = 0) -> float:
+    """|x_L| after n_blocks residual blocks x_{l+1} = x_l + F_l(x_l) from x_0 = 0, no normalization. Each F_l is an
+    nn.Linear with zero weight and a bias of norm `size`, so it adds that vector whatever its input: one shared
+    random direction ("aligned") or a fresh random direction per block ("independent"), drawn from `seed`."""
+    if directions not in ("aligned", "independent"):
+        raise ValueError(f"directions must be 'aligned' or 'independent', got {directions!r}")
+    g = torch.Generator().manual_seed(seed)
+    shared = torch.randn(d, generator=g, dtype=torch.float64)
+    blocks = []
+    for _ in range(n_blocks):
+        v = shared if directions == "aligned" else torch.randn(d, generator=g, dtype=torch.float64)
+        block = nn.Linear(d, d, dtype=torch.float64)
+        with torch.no_grad():
+            block.weight.zero_()
+            block.bias.copy_(size * v / v.norm())
+        blocks.append(block)
+    stream = torch.zeros(d, dtype=torch.float64)
+    with torch.no_grad():
+        for block in blocks:
+            stream = stream + block(stream)
+    return stream.norm().item()
+
+
+def _seeded(seed: int, make):
+    """Build a module from torch's global RNG at `seed` without moving the caller's random numbers."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return make()
+
+
+def parallel_vs_sequential(seed: int = 0, *, length: int = 10, d_model: int = 32,
+                           recurrent: bool = True) -> dict[str, float]:
+    """Attention: one causal call against each position computed from its own prefix (max difference). RNN: the
+    true sequential run against a "parallel" shortcut that starts every step from h = 0 (max difference); with
+    recurrent=False the RNN's recurrent weight is zeroed, so nothing flows from step to step (the control)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randn(1, length, d_model, generator=g)
+    attention = _seeded(seed, lambda: MultiHeadAttention(d_model, 4, causal=True))
+    rnn = _seeded(seed + 1000, lambda: nn.RNNCell(d_model, d_model))
+    with torch.no_grad():
+        if not recurrent:
+            rnn.weight_hh.zero_()
+        all_at_once = attention(tokens)
+        one_by_one = torch.cat([attention(tokens[:, :t + 1])[:, -1:] for t in range(length)], dim=1)
+        h, sequential = torch.zeros(1, d_model), []
+        for t in range(length):  # step t needs h from step t - 1
+            h = rnn(tokens[:, t], h)
+            sequential.append(h)
+        shortcut = rnn(tokens[0], torch.zeros(length, d_model))  # every step at once, each from h = 0
+    return {"attention": (all_at_once - one_by_one).abs().max().item(),
+            "rnn": (torch.cat(sequential) - shortcut).abs().max().item()}
+
+
+def order_blindness(seed: int = 0, *, d_model: int = 32, positions: bool = False, causal: bool = False) -> dict:
+    """Three token vectors in two orders through one attention layer: how far the second run's outputs are from the
+    first run's outputs permuted (0 means attention saw a set), and how many of the six outputs are distinct."""
+    g = torch.Generator().manual_seed(seed)
+    three = torch.randn(1, 3, d_model, generator=g)
+    order = torch.tensor([2, 0, 1])
+    pos = torch.randn(3, d_model, generator=g) if positions else torch.zeros(3, d_model)
+    attention = _seeded(seed, lambda: MultiHeadAttention(d_model, 4, causal=causal))
+    with torch.no_grad():
+        first, second = attention(three + pos), attention(three[:, order] + pos)
+    outputs = torch.cat([first[0], second[0]])
+    distinct = sum(not any(torch.allclose(outputs[i], outputs[j], atol=1e-5) for j in range(i)) for i in range(6))
+    return {"deviation": (second - first[:, order]).abs().max().item(), "distinct": distinct}
+
+
+def future_leak(seed: int = 0, *, d_model: int = 32, causal: bool = True, change_from: int = 8) -> dict[str, float]:
+    """A 2-block TinyLM on 12 tokens, then the same tokens with a different future from `change_from` on: how far
+    the logits before and from that position move. causal=False lifts the mask in every block (the control)."""
+    lm = TinyLM(vocab_size=16, d_model=d_model, n_layers=2, n_heads=4, seed=seed)
+    for block in lm.blocks:
+        block.attn.causal = causal
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(16, (1, 12), generator=g)
+    changed = idx.clone()
+    changed[0, change_from:] = (idx[0, change_from:] + 1) % 16
+    with torch.no_grad():
+        before, after = lm(idx), lm(changed)
+    return {"past": (before[:, :change_from] - after[:, :change_from]).abs().max().item(),
+            "future": (before[:, change_from:] - after[:, change_from:]).abs().max().item()}
+
+
+def stream_growth(norm: str, placement: str, *, n_layers: int = 12, d_model: int = 32, seed: int = 0) -> tuple:
+    """The residual stream's RMS after the embeddings and after the last block of a TinyLM at initialization."""
+    model = TinyLM(16, d_model=d_model, n_layers=n_layers, n_heads=4, norm=norm, placement=placement, seed=seed)
+    batch = torch.randint(16, (4, 16), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        _, hidden = model(batch, return_hidden=True)
+    return tuple(hidden[i].pow(2).mean().sqrt().item() for i in (0, -1))
+
+
+def compounding(norm: str, *, seed: int = 0, short: int = 6, long: int = 12) -> dict[str, float]:
+    """How the stream's growth at initialization scales with depth: the growth (RMS after the last block over RMS
+    after the embeddings) of a `short` and a `long` Pre-LN-placed TinyLM, and log(long growth) / log(short growth).
+    A constant factor per block (exponential growth) gives long / short = 2 for 12 against 6 blocks; growth like L
+    or like √L gives ln 12 / ln 6 ≈ 1.39."""
+    g_short, g_long = (end / start for start, end in (stream_growth(norm, "pre", n_layers=n, seed=seed)
+                                                      for n in (short, long)))
+    return {"short": g_short, "long": g_long, "log_ratio": math.log(g_long) / math.log(g_short)}
+
+
+CHAPTER_X, CHAPTER_Y = (1.0, 2.0, 3.0, 4.0), (3.0, 4.0)
+
+
+@claim_experiment(
+    "C28", statement="The quiz's calculations: μ = 2.5, σ² = 1.25 and RMS ≈ 3.54 are the statistics F.layer_norm and "
+                     "F.rms_norm use, and ten blocks each adding a contribution of magnitude 2 in one shared direction "
+                     "(the course's reading of q8) give |x| = 20, the stored key",
+    figure="|x_10| for ten contributions of magnitude 2",
+    settings=[Setting("aligned contributions, as q8 now says"),
+              Setting("independent directions (control: the key 20 does not apply)", {"directions": "independent"},
+                      expect=False)])
+def quiz_key_claim(seed, *, directions="aligned"):
+    g = torch.Generator().manual_seed(seed)  # the seed shuffles the vectors' order, which the statistics ignore
+    x = torch.tensor(CHAPTER_X, dtype=torch.float64)[torch.randperm(4, generator=g)]
+    y = torch.tensor(CHAPTER_Y, dtype=torch.float64)[torch.randperm(2, generator=g)]
+    computed = quiz_statistics(x, y)
+    computed["q8"] = residual_sum(directions, seed=seed)
+    chapter = load_quiz("chapter_2_4")
+    ok = {qid: chapter.question(qid).is_key(v) and chapter.grade(qid, v).correct for qid, v in computed.items()}
+    wrong = [qid for qid, good in ok.items() if not good]
+    return Outcome(not wrong, computed["q8"], "every key matches" if not wrong else "no match: " + ", ".join(wrong))
+
+
+@claim_experiment(
+    "C88", statement="Ten residual contributions of magnitude 2 in independent random directions (d = 512) sum to "
+                     "about 2√10 ≈ 6.32 (within 10%), not 20: q8 needs its 'aligned' to have one answer",
+    figure="|x_10| for ten contributions of magnitude 2",
+    settings=[Setting("independent directions, d = 512"),
+              Setting("aligned contributions (control: 20)", {"directions": "aligned"}, expect=False)])
+def independent_sum_claim(seed, *, directions="independent"):
+    size = residual_sum(directions, seed=seed)
+    return Outcome(abs(size / (2 * math.sqrt(10)) - 1) < 0.1, size, f"|x_10| = {size:.3f}")
+
+
+@claim_experiment(
+    "C29", statement="One causal attention call equals computing each of 10 positions from its own prefix (within "
+                     "1e-5), while the naive shortcut for a (nonlinear, tanh) RNN cell, every step at once, each "
+                     "started from h = 0, differs from the sequential run by more than 1e-2",
+    figure="largest difference between the RNN's sequential run and the shortcut",
+    settings=[Setting("an RNN cell as PyTorch initializes it"),
+              Setting("recurrent weight zeroed (control: no step depends on the last)", {"recurrent": False},
+                      expect=False)])
+def bottleneck_claim(seed, *, recurrent=True):
+    diff = parallel_vs_sequential(seed, recurrent=recurrent)
+    holds = diff["attention"] < 1e-5 and diff["rnn"] > 1e-2
+    return Outcome(holds, diff["rnn"], f"attention {diff['attention']:.1e}, RNN {diff['rnn']:.3g}")
+
+
+@claim_experiment(
+    "C30", statement="Without positions or a causal mask, two orders of three tokens give the same outputs permuted "
+                     "(within 1e-5): 3 distinct vectors of 6",
+    figure="largest deviation from 'the same outputs, permuted'",
+    settings=[Setting("no positions, no mask"),
+              Setting("learned position embeddings added (control)", {"positions": True}, expect=False),
+              Setting("causal mask alone (control)", {"causal": True}, expect=False)])
+def order_claim(seed, *, positions=False, causal=False):
+    r = order_blindness(seed, positions=positions, causal=causal)
+    return Outcome(r["deviation"] < 1e-5 and r["distinct"] == 3, r["deviation"], f"{r['distinct']} distinct of 6")
+
+
+@claim_experiment(
+    "C31", statement="With the causal mask, a different future from position 8 on leaves the logits at positions 0-7 "
+                     "unchanged (within 1e-5) and moves those from 8 on by more than 1e-2",
+    figure="largest change of the logits at positions 0-7",
+    settings=[Setting("causal mask in every block"),
+              Setting("mask lifted (control: the past sees the future)", {"causal": False}, expect=False)])
+def causal_claim(seed, *, causal=True):
+    r = future_leak(seed, causal=causal)
+    return Outcome(r["past"] < 1e-5 and r["future"] > 1e-2, r["past"], f"future moved {r['future']:.3g}")
+
+
+@claim_experiment(
+    "C32", statement="At initialization a 12-block TinyLM without normalization lets its stream's RMS grow more than "
+                     "50-fold; with Pre-LN it grows less than 10-fold",
+    figure="growth of the stream's RMS without normalization",
+    settings=[Setting("12 blocks"),
+              Setting("2 blocks (control: a shallow stack does not run away)", {"n_layers": 2}, expect=False)])
+def depth_claim(seed, *, n_layers=12):
+    start, end = stream_growth("none", "pre", n_layers=n_layers, seed=seed)
+    pre_start, pre_end = stream_growth("layer", "pre", n_layers=n_layers, seed=seed)
+    return Outcome(end > 50 * start and pre_end < 10 * pre_start, end / start, f"Pre-LN {pre_end / pre_start:.3g}x")
+
+
+@claim_experiment(
+    "C33", statement="With Post-LN the stream after block 12 has RMS within 1% of 1 (a LayerNorm's output, by "
+                     "construction): the stream is normalized after every addition, so 'never normalized' is "
+                     "backwards",
+    figure="the stream's RMS after block 12",
+    settings=[Setting("Post-LN"),
+              Setting("Pre-LN (control: its stream is never normalized)", {"placement": "pre"}, expect=False)])
+def post_stream_claim(seed, *, placement="post"):
+    _, end = stream_growth("layer", placement, seed=seed)
+    return Outcome(abs(end - 1) < 0.01, end)
+
+
+@claim_experiment(
+    "C34", statement="In a 12-block Pre-LN TinyLM at initialization the stream's RMS grows between 1.5 and 10-fold "
+                     "from the embeddings to block 12: the residual path never passes through a norm",
+    figure="growth of the Pre-LN stream's RMS",
+    settings=[Setting("Pre-LN"),
+              Setting("Post-LN (control: the norm resets the stream)", {"placement": "post"}, expect=False)])
+def pre_stream_claim(seed, *, placement="pre"):
+    start, end = stream_growth("layer", placement, seed=seed)
+    return Outcome(1.5 * start < end < 10 * start, end / start)
+
+
+@claim_experiment(
+    "C89", statement="Without normalization the 12-block stack's stream growth at initialization compounds: the log of "
+                     "its growth is between 1.7 and 2.4 times the log of a 6-block stack's (a constant factor per block "
+                     "gives 2; growth like L or √L gives about 1.39)",
+    figure="log(growth over 12 blocks) / log(growth over 6 blocks)",
+    settings=[Setting("no normalization"),
+              Setting("Pre-LN (control: its stream grows slowly, not by a factor per block)", {"norm": "layer"},
+                      expect=False)])
+def compounding_claim(seed, *, norm="none"):
+    r = compounding(norm, seed=seed)
+    return Outcome(1.7 < r["log_ratio"] < 2.4, r["log_ratio"], f"{r['short']:.3g}x over 6, {r['long']:.4g}x over 12")

@@ -1,40 +1,63 @@
-"""Notebook 05's widgets and figures: LayerNorm and RMSNorm side by side, the speed benchmark's charts, and the same
-tiny language model trained with each norm.
+"""Notebook 05's widgets, figures and claim experiments: LayerNorm and RMSNorm side by side, the centring fold of a
+Pre-LN model, the speed benchmark's charts, and the quality run (the same 4-block LM with each norm and without one,
+and with token means far from 0).
 
 The RMSNorm the learner reads is written in the notebook; the benchmark lives in course_utils.normbench.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import math
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from ..figures import PALETTE, color, live_figure, static_figure
-from ..normbench import CHAPTER_SAVING, PAPER_SAVING, BenchResult
+from .. import normbench
+from ..evidence import Outcome, Setting, claim_experiment
+from ..normbench import CHAPTER_SAVING, COPY, PAPER_SAVING, PAPER_TRANSFORMER_SAVING, BenchResult
+from ..norms import rms_norm as _rms_norm
 from ..panel import Panel, TrainingDemo, parse_features, register_panel
+from ..synthetic import copy_task_batch
 from ..training import History, train_copy_task
 from ..transformer import TinyLM
 
-__all__ = ["ln_vs_rms_panel", "bandwidth_figure", "saving_figure", "QUALITY", "train_both", "QualityDemo",
-           "quality_demo"]
+__all__ = ["ln_vs_rms_panel", "MICRO", "FUSED", "PASS_COST", "micro_ratios", "cost_model_checks", "COST_FLOOR",
+           "like_with_like", "MIN_SAVING", "MIN_BACKWARD_SAVING", "block_checks", "BLOCK_SMALL", "cost_figure",
+           "saving_figure", "PANEL_TOKEN", "chapter_rms", "torch_match", "invariances", "equals_layer_norm",
+           "RMSNormWithBias", "centre_writing_weights", "swap_to_rms", "fold_model", "fold_gaps", "QUALITY", "NORMS",
+           "quality_model", "train_norm", "trained", "train_norms", "mean_loss", "learns_like_layernorm", "failed",
+           "probe_logit_gaps", "LONG_PROBE_STEPS", "NO_NORM_LONG_STEPS", "QualityDemo", "quality_demo"]
+
+
+# The panel's default token: 8 features (with d = 2, LayerNorm can only output (-1, +1) or (+1, -1)).
+PANEL_TOKEN = "1.2, -0.4, 2.0, 0.3, -1.5, 0.8, -0.2, 1.1"
 
 
 @register_panel()
 def ln_vs_rms_panel() -> Panel:
-    """Edit one token, scale it by a and shift it by b: LayerNorm's output ignores both, RMSNorm's ignores only a."""
-    fig = live_figure("One token through LayerNorm and RMSNorm (γ = 1, β = 0)", "feature k", "value (unitless)",
-                      height=360)
-    input_bars = fig.add_bar(name="input a·x + b", marker_color=color(0)).data[-1]
+    """Edit one token, scale it by a and shift it by b: LayerNorm's output ignores both, RMSNorm's ignores only a.
+
+    The outputs are bars on the left axis (fixed at ±√d, the most any normalized feature can reach); the input
+    a·x + b is drawn as markers on the right axis, which has its own range."""
+    fig = live_figure("One token through LayerNorm and RMSNorm (γ = 1, β = 0)", "feature k",
+                      "normalized output (unitless)", height=380,
+                      margin=dict(r=80))
     ln_bars = fig.add_bar(name="LayerNorm", marker_color=color(1)).data[-1]
     rms_bars = fig.add_bar(name="RMSNorm", marker_color=color(2)).data[-1]
-    fig.update_layout(bargap=0.2)
+    input_marks = fig.add_scatter(name="input a·x + b (right axis)", mode="markers", yaxis="y2",
+                                  marker=dict(color=color(0), size=11, symbol="diamond")).data[-1]
+    fig.update_layout(bargap=0.2, yaxis2=dict(title="input value (unitless)", overlaying="y", side="right",
+                                              showgrid=False, zeroline=False))
     readout = widgets.HTML()
     shown: dict = {}
     slider = dict(continuous_update=True, style={"description_width": "initial"})
     controls = {
-        "features": widgets.Text(value="3, 4", description="features x =", continuous_update=True,
+        "features": widgets.Text(value=PANEL_TOKEN, description="features x =", continuous_update=True,
                                  style={"description_width": "initial"}),
         "scale": widgets.FloatSlider(value=1.0, min=0.1, max=5.0, step=0.1, description="scale a", **slider),
         "shift": widgets.FloatSlider(value=0.0, min=-10.0, max=10.0, step=0.5, description="shift b", **slider),
@@ -48,21 +71,27 @@ def ln_vs_rms_panel() -> Panel:
         x = torch.tensor(raw, dtype=torch.float64) * scale + shift
         ln = torch.nn.functional.layer_norm(x, (d,), eps=1e-5)
         rms = torch.nn.functional.rms_norm(x, (d,), eps=1e-5)
-        reach = 5.0 * max(abs(v) for v in raw) + 10.0
+        out_reach = 1.1 * math.sqrt(d)  # |x_k| / RMS(x) <= √d, and LayerNorm's output is RMSNorm's of x - μ
+        in_reach = 5.0 * max(abs(v) for v in raw) + 10.0  # the largest |a·x + b| the sliders allow
         with fig.batch_update():
             if shown.get("d") != d:
-                input_bars.x = ln_bars.x = rms_bars.x = list(range(1, d + 1))
+                input_marks.x = ln_bars.x = rms_bars.x = list(range(1, d + 1))
+                fig.layout.yaxis.range = [-out_reach, out_reach]
                 shown["d"] = d
-            if shown.get("reach") != reach:
-                fig.layout.yaxis.range = [-reach, reach]
-                shown["reach"] = reach
-            input_bars.y, ln_bars.y, rms_bars.y = x.tolist(), ln.tolist(), rms.tolist()
+            if shown.get("reach") != in_reach:
+                fig.layout.yaxis2.range = [-in_reach, in_reach]
+                shown["reach"] = in_reach
+            input_marks.y, ln_bars.y, rms_bars.y = x.tolist(), ln.tolist(), rms.tolist()
         mu, var = float(x.mean()), float(x.var(unbiased=False))
         rms_x = math.sqrt(float((x * x).mean()))
         note = ""
+        if d <= 2:
+            note += ("<br><i>With d = 2 LayerNorm can only output (-1, +1) or (+1, -1) (and 0 for d = 1): "
+                     "each feature is μ ± σ. Type more features to see it keep a pattern.</i>")
         if abs(mu) > 3 * math.sqrt(var):
-            note = ("<br><i>|μ| is several σ: RMS² = σ² + μ² is mostly μ², so RMSNorm squashes every feature towards "
-                    "the same value and the pattern between them almost disappears. LayerNorm removes μ first.</i>")
+            note += ("<br><i>|μ| is several σ: RMS² = σ² + μ² is mostly μ², so RMSNorm squashes every feature "
+                     "towards the same value and the pattern between them almost disappears. LayerNorm removes μ "
+                     "first.</i>")
         readout.value = (f"μ = {mu:.4g} &nbsp; σ = {math.sqrt(var):.4g} &nbsp; RMS = {rms_x:.4g} &nbsp; "
                          f"(RMS² = σ² + μ² = {var + mu * mu:.4g})" + note)
 
@@ -73,17 +102,150 @@ def _width_labels(result: BenchResult) -> list[str]:
     return [f"d={d} ({result.elements // d} rows)" for d in result.widths]
 
 
-def bandwidth_figure(result: BenchResult) -> go.Figure:
-    """Achieved GB/s of every variant at every width, the copy first: the bandwidth limit a norm works under."""
-    fig = static_figure(f"Achieved bandwidth, {result.elements:,} float32 values in and out ({result.clock})",
-                        "tensor shape (rows × d = same number of values)", "GB/s (bytes read + written per second)",
-                        height=420, legend=dict(y=-0.3))
-    labels = _width_labels(result)
-    for i, v in enumerate(result.variants):
-        if not result.has(v):
-            continue
-        fig.add_bar(x=labels, y=[result.gbps(v, d) for d in result.widths], name=v, marker_color=color(i),
-                    marker_pattern_shape="/" if "by hand" in v else ("x" if "no γ" in v else ""))
+# The cost model's micro-experiment (normbench.micro_variants): one width, as elementwise ops ignore it.
+MICRO = dict(widths=(512,), repeats=9, number=5)
+FUSED = "x*2+1, one fused op"
+PASS_COST = 1.4  # two extra passes must cost more than this factor; extra arithmetic in the same passes, less
+
+
+def micro_ratios(result: BenchResult) -> dict[str, float]:
+    """Times relative to the fused x*2+1: the same as two ops (4 passes, not 2), 1+2x² fused (more arithmetic, the
+    same 2 passes) and the copy."""
+    d = result.widths[0]
+    fused = result.median_s(FUSED, d)
+    return {"two ops": result.median_s("x*2+1, two ops", d) / fused,
+            "more arithmetic": result.median_s("1+2x², one fused op", d) / fused,
+            "copy": result.median_s(COPY, d) / fused}
+
+
+@claim_experiment(
+    "C78", timed=True, statement="An extra full-tensor pass costs about as much as the passes already made, extra arithmetic "
+                     f"in the same passes costs little: x*2+1 as two ops (4 passes) takes more than {PASS_COST}x the "
+                     "time of one fused op (2 passes)",
+    figure="time of the slower variant / time of x*2+1 as one fused op",
+    settings=[Setting("x*2+1 as two ops: two passes more"),
+              Setting(f"control: 1+2x² as one fused op, more arithmetic, no extra pass: not {PASS_COST}x slower",
+                      {"slower": "more arithmetic"}, expect=False)])
+def micro_claim(seed, *, slower="two ops"):
+    ratio = micro_ratios(normbench.run(normbench.micro_variants(), **MICRO, seed=seed))[slower]
+    return Outcome(ratio > PASS_COST, ratio, f"{slower}: {ratio:.2f}x the fused op")
+
+
+COST_FLOOR = 0.6  # a pass can cost less than a copy's pass (a fused op beat out.copy_ here), but not much less
+HAND = ("RMSNorm by hand", "LayerNorm by hand")
+
+
+def cost_model_checks(result: BenchResult) -> dict[str, bool]:
+    """What the cost model predicts on any machine, checked on the benchmark: the counted passes of the copy and the
+    hand-written norms (2, 7, 14), their measured order (copy < RMSNorm < LayerNorm at every width), and that each
+    takes at least COST_FLOOR x the time its passes predict."""
+    widths = result.widths
+    counted = {v: sum(result.passes[v]) for v in (COPY,) + HAND}
+    return {"passes counted 2, 7, 14": counted == {COPY: 2, "RMSNorm by hand": 7, "LayerNorm by hand": 14},
+            "copy < RMSNorm < LayerNorm, by hand": all(
+                result.median_s(COPY, d) < result.median_s(HAND[0], d) < result.median_s(HAND[1], d) for d in widths),
+            f"each at least {COST_FLOOR}x its prediction": all(
+                result.x_copy(v, d) >= COST_FLOOR * result.predicted_x_copy(v) for v in HAND for d in widths)}
+
+
+def _bench(layer_norm, rms_norm, names, seed, backward=False, **kwargs) -> BenchResult:
+    """The benchmark at `seed` (the repeat's fresh random tensors), of the named variants only."""
+    every = (normbench.backward_variants if backward else normbench.default_variants)(layer_norm, rms_norm)
+    return normbench.run([v for v in every if v.name in names], seed=seed, **kwargs)
+
+
+@claim_experiment(
+    "C79", timed=True, statement="Time ≈ full-tensor passes × a copy's time per pass, as a floor and an order: the copy, "
+                     "RMSNorm and LayerNorm written by hand make 2, 7 and 14 passes, take time in that order at "
+                     f"d = 128, 512, 2048, and each at least {COST_FLOOR}x what its passes predict",
+    figure="hand-written RMSNorm's measured time / its predicted time, at d = 512",
+    settings=[Setting("4 MiB float32, d = 128, 512, 2048")])
+def cost_model_claim(seed, layer_norm, rms_norm):
+    result = _bench(layer_norm, rms_norm, (COPY,) + HAND, seed, widths=normbench.WIDTHS, repeats=9, number=3)
+    checks = cost_model_checks(result)
+    return Outcome.of_checks(checks, result.x_copy(HAND[0], 512) / result.predicted_x_copy(HAND[0]))
+
+
+MIN_SAVING = 0.20  # forward, by hand: the passes predict 50% (7 against 14)
+MIN_BACKWARD_SAVING = 0.15  # forward + backward, by hand: the passes predict about 30%
+
+
+def like_with_like(result: BenchResult, ln: str, rms: str) -> dict:
+    """RMSNorm against LayerNorm: passes of each, and the median time saved (1 - t_rms / t_ln) at each width."""
+    return {"passes": (sum(result.passes[rms]), sum(result.passes[ln])),
+            "savings": [result.saving(ln, rms, d)[1] for d in result.widths]}
+
+
+@claim_experiment(
+    "C25", timed=True, statement="Like with like, dropping the mean makes RMSNorm cheaper: written by hand with the same "
+                     f"elementary ops, it makes 7 full-tensor passes to LayerNorm's 14 and saves at least "
+                     f"{MIN_SAVING:.0%} of its forward time at d = 128, 512 and 2048",
+    figure="smallest median saving over the widths, 1 - t_RMS / t_LN",
+    settings=[Setting("RMSNorm by hand against LayerNorm by hand"),
+              Setting("control: against the fused F.layer_norm (2 passes): RMSNorm by hand makes more",
+                      {"against": "F.layer_norm"}, expect=False)])
+def hand_saving_claim(seed, layer_norm, rms_norm, *, against="LayerNorm by hand"):
+    result = _bench(layer_norm, rms_norm, (COPY, against, "RMSNorm by hand"), seed, widths=normbench.WIDTHS,
+                    repeats=9, number=3)
+    found = like_with_like(result, against, "RMSNorm by hand")
+    (p_rms, p_ln), worst = found["passes"], min(found["savings"])
+    return Outcome(p_rms < p_ln and worst >= MIN_SAVING, worst, f"passes {p_rms} vs {p_ln}; saving >= {worst:+.0%}")
+
+
+@claim_experiment(
+    "C80", timed=True, statement="The saving holds for training's cost too: forward and backward, RMSNorm by hand makes fewer "
+                     f"passes than LayerNorm by hand and saves at least {MIN_BACKWARD_SAVING:.0%} of its time "
+                     "(4 MiB float32, d = 512)",
+    figure="median saving, forward + backward, 1 - t_RMS / t_LN",
+    settings=[Setting("RMSNorm by hand against LayerNorm by hand, fwd+bwd"),
+              Setting("control: against the fused F.layer_norm, fwd+bwd (its backward is fused too)",
+                      {"against": "F.layer_norm, fwd+bwd"}, expect=False)])
+def backward_saving_claim(seed, layer_norm, rms_norm, *, against="LayerNorm by hand, fwd+bwd"):
+    result = _bench(layer_norm, rms_norm, (COPY, against, "RMSNorm by hand, fwd+bwd"), seed, backward=True,
+                    widths=(512,), repeats=7, number=2)
+    found = like_with_like(result, against, "RMSNorm by hand, fwd+bwd")
+    (p_rms, p_ln), saving = found["passes"], found["savings"][0]
+    return Outcome(p_rms < p_ln and saving >= MIN_BACKWARD_SAVING, saving,
+                   f"passes {p_rms} vs {p_ln}; saving {saving:+.0%}")
+
+
+BLOCK_SMALL = 0.20  # a small fraction either way; where it lands against the chapter's 10% is machine-specific
+
+
+def block_checks(timing: dict) -> dict[str, bool]:
+    """The whole-block timing against the norms alone: the norms alone save at least MIN_BACKWARD_SAVING, the
+    block they sit in less than BLOCK_SMALL either way, and less than half what the norms alone save."""
+    block, alone = timing["block_saving"], timing["norm_saving"]
+    return {f"norms alone save >= {MIN_BACKWARD_SAVING:.0%}": alone >= MIN_BACKWARD_SAVING,
+            f"whole block within ±{BLOCK_SMALL:.0%}": abs(block) < BLOCK_SMALL,
+            "block saves under half of the norms' saving": block < alone / 2}
+
+
+@claim_experiment(
+    "C26", timed=True, statement="A saving on the norm is not a saving on the model: in one Pre-LN Transformer block, forward "
+                     f"and backward, its two norms alone save at least {MIN_BACKWARD_SAVING:.0%} with RMSNorm, the "
+                     f"whole block less than half of that and under {BLOCK_SMALL:.0%} either way",
+    figure="whole-block saving, forward + backward, 1 - t_RMS / t_LN",
+    settings=[Setting("d_model 256, 4 heads, 4 x 32 tokens")])
+def block_claim(seed):
+    timing = normbench.block_timing(seed=seed)
+    checks = block_checks(timing)
+    return Outcome.of_checks(checks, timing["block_saving"],
+                             f"block {timing['block_saving']:+.1%}, norms alone {timing['norm_saving']:+.0%}")
+
+
+def cost_figure(result: BenchResult, d: int = 512) -> go.Figure:
+    """Each variant's time in copies at width d: what its counted passes predict (passes / 2) beside what it took."""
+    names = [v for v in result.variants if v != COPY and (v, d) in result.times and v in result.passes]
+    fig = static_figure(f"The cost model against the clock: time in copies of the same tensor (d = {d}, "
+                        f"{result.elements:,} float32 values)", "variant",
+                        "time / a copy's time (out.copy_(x) = 1)", height=440, legend=dict(y=-0.45))
+    fig.add_bar(x=names, y=[result.predicted_x_copy(v) for v in names], name="predicted: passes / 2",
+                marker_color=color(0), marker_pattern_shape="/")
+    fig.add_bar(x=names, y=[result.x_copy(v, d) for v in names], name=f"measured (median, {result.clock})",
+                marker_color=color(1))
+    fig.add_hline(y=1, line_dash="dot", line_color=color(7), annotation_text="a copy",
+                  annotation_position="top left")
     fig.update_layout(barmode="group")
     return fig
 
@@ -93,15 +255,21 @@ def _percent_range(saving: tuple[float, float], decimals: int) -> str:
     return f"{100 * saving[0]:.{decimals}f}-{100 * saving[1]:.{decimals}f}%"
 
 
-def saving_figure(result: BenchResult) -> go.Figure:
-    """Time saved by RMSNorm (median and interquartile range over repeats) for each comparison, beside the paper's
-    GPU range and the chapter's (normbench.PAPER_SAVING, CHAPTER_SAVING)."""
-    fig = static_figure("Time saved by RMSNorm over LayerNorm, 1 − t_RMS / t_LN", "tensor shape",
-                        "time saved by RMSNorm (%)", height=420, legend=dict(orientation="v", y=-0.3))
+def saving_figure(result: BenchResult, backward: BenchResult | None = None, block: dict | None = None) -> go.Figure:
+    """Time saved by RMSNorm (median and interquartile range over repeats) for each comparison, forward at each
+    width, then forward+backward and the whole block (normbench.block_timing) if given, beside the paper's
+    whole-model GPU range and the chapter's (normbench.PAPER_SAVING, CHAPTER_SAVING)."""
+    fig = static_figure("Time saved by RMSNorm over LayerNorm, 1 − t_RMS / t_LN: the norm alone and a whole block",
+                        "what is timed", "time saved by RMSNorm (%)", height=460,
+                        legend=dict(orientation="v", y=-0.35))
     labels = _width_labels(result)
     fig.add_hrect(y0=100 * PAPER_SAVING[0], y1=100 * PAPER_SAVING[1], fillcolor=color(4), opacity=0.18,
-                  line_width=0, annotation_text=f"Zhang & Sennrich 2019, GPU: {_percent_range(PAPER_SAVING, 1)}",
+                  line_width=0, annotation_text=f"Zhang & Sennrich 2019, whole models on GPU: "
+                                                f"{_percent_range(PAPER_SAVING, 1)}",
                   annotation_position="top left")
+    fig.add_hline(y=100 * PAPER_TRANSFORMER_SAVING, line_dash="dash", line_color=color(4),
+                  annotation_text=f"its one Transformer: {100 * PAPER_TRANSFORMER_SAVING:.1f}%",
+                  annotation_position="bottom left")
     fig.add_hline(y=100 * CHAPTER_SAVING[0], line_dash="dot", line_color=color(7),
                   annotation_text=f"chapter: {_percent_range(CHAPTER_SAVING, 0)}", annotation_position="bottom right")
     fig.add_hline(y=100 * CHAPTER_SAVING[1], line_dash="dot", line_color=color(7))
@@ -112,42 +280,387 @@ def saving_figure(result: BenchResult) -> go.Figure:
                         marker=dict(size=10, color=color(i)), line=dict(color=color(i), dash="dot"),
                         error_y=dict(type="data", symmetric=False, array=[100 * (hi - m) for _, m, hi in q],
                                      arrayminus=[100 * (m - lo) for lo, m, _ in q]))
+    if backward is not None:
+        d = backward.widths[0]
+        for j, (label, ln, rms, why) in enumerate(backward.pairs()):
+            lo, m, hi = backward.saving(ln, rms, d)
+            fig.add_scatter(x=[f"fwd+bwd, d={d}"], y=[100 * m], mode="markers", name=f"{label} ({why})",
+                            marker=dict(size=12, symbol="diamond", color=color(5 + j)),
+                            error_y=dict(type="data", symmetric=False, array=[100 * (hi - m)],
+                                         arrayminus=[100 * (m - lo)]))
+    if block is not None:
+        fig.add_scatter(x=["one block, fwd+bwd"], y=[100 * block["norm_saving"]], mode="markers",
+                        name="the block's two norms alone (by hand)", marker=dict(size=12, symbol="square",
+                                                                                color=color(3)))
+        fig.add_scatter(x=["one block, fwd+bwd"], y=[100 * block["block_saving"]], mode="markers",
+                        name="the whole block", marker=dict(size=14, symbol="star", color=color(2)))
+    # an unfair pair can lose by hundreds of percent; clip the axis so the fair points stay readable, and say so
+    below = [(x, y) for t in fig.data for x, y in zip(t.x, t.y) if y is not None and y < SAVING_AXIS_FLOOR]
+    if below:
+        fig.update_yaxes(range=[SAVING_AXIS_FLOOR - 5, 105])
+        for x, y in below:
+            fig.add_annotation(x=x, y=SAVING_AXIS_FLOOR, text=f"{y:.0f}% (below the axis)", showarrow=True,
+                               arrowhead=2, ay=-25, font=dict(size=11))
     return fig
 
 
-# The quality run: a 1-layer TinyLM on the copy task; it learns the task in 160 steps, about 1.5 s of CPU per run.
-QUALITY = dict(vocab_size=16, d_model=32, n_layers=1, n_heads=4, n_tokens=8, steps=160, lr=1e-2)
+SAVING_AXIS_FLOOR = -60  # percent: saving_figure clips its axis here
 
 
-def train_both(seed: int = 0, steps: int = QUALITY["steps"], lr: float = QUALITY["lr"], callback=None,
-               should_stop=None) -> dict[str, History]:
-    """Train the same TinyLM (same initial weights, same batches) once with LayerNorm and once with RMSNorm.
+# ---- sections 1-3: the identities, as functions of a seed (the notebook's claim cells and C21-C24 call them) ------
 
-    callback(norm, step, history) runs after every step; returns {"layer": History, "rms": History}.
-    """
+def chapter_rms(rms_norm, seed: int = 0) -> dict:
+    """RMS(3, 4) and RMSNorm(3, 4) (ε = 0), and the RMS after RMSNorm of a random token (seed) of width 64."""
+    x = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    token = torch.randn(64, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3 + 1
+    return {"rms": float(torch.sqrt((x * x).mean())), "normed": rms_norm(x, eps=0.0).tolist(),
+            "rms_after": float(torch.sqrt((rms_norm(token, eps=0.0) ** 2).mean())),
+            "rms_after_unit_norm": float(torch.sqrt(((token / token.norm()) ** 2).mean()))}
+
+
+@claim_experiment(
+    "C21", statement="RMS(3, 4) = √12.5 rounds to 3.54, and after RMSNorm (ε = 0) a token has RMS 1 (to 1e-12)",
+    figure="RMS of a random width-64 token after the setting's division",
+    settings=[Setting("RMSNorm: divide by the RMS"),
+              Setting("control: divide by the Euclidean norm instead (RMS 1/√d, not 1)", {"divide_by": "norm"},
+                      expect=False)])
+def c21_chapter_rms(seed, rms_norm, *, divide_by="rms"):
+    found = chapter_rms(rms_norm, seed)
+    after = found["rms_after"] if divide_by == "rms" else found["rms_after_unit_norm"]
+    return Outcome(round(found["rms"], 2) == 3.54 and abs(after - 1) < 1e-12, after, f"RMS(3, 4) = {found['rms']:.4f}")
+
+
+def torch_match(rms_norm, seed: int = 0, reference: str = "rms") -> dict:
+    """Largest differences between the lesson's rms_norm and PyTorch's on a random (8, 10, 64) input with a random
+    γ (seed): forward in float32 against nn.RMSNorm, gradients (x, γ) in float64 against F.rms_norm; reference
+    "layer" compares with LayerNorm without β instead (the control: a different normalization)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 10, 64, generator=g) + 0.5
+    weight = torch.rand(64, generator=g) + 0.5
+    probe = torch.randn(8, 10, 64, generator=g, dtype=torch.float64)
+
+    def theirs(x, w):
+        if reference == "layer":
+            return F.layer_norm(x, (64,), w, None, eps=1e-5)
+        return F.rms_norm(x, (64,), w, eps=1e-5)
+
+    module = nn.RMSNorm(64, eps=1e-5)
+    with torch.no_grad():
+        module.weight.copy_(weight)
+    with torch.no_grad():
+        ref = module(x) if reference == "rms" else theirs(x, weight)
+        forward = float((rms_norm(x, weight) - ref).abs().max())
+    ours = [t.double().requires_grad_() for t in (x, weight)]
+    copies = [t.detach().clone().requires_grad_() for t in ours]
+    (rms_norm(*ours) * probe).sum().backward()
+    (theirs(*copies) * probe).sum().backward()
+    grads = [float((a.grad - b.grad).abs().max()) for a, b in zip(ours, copies)]
+    return {"forward": forward, "grad_x": grads[0], "grad_weight": grads[1]}
+
+
+@claim_experiment(
+    "C22", statement="RMSNorm by hand (γ ⊙ x / √(mean(x²) + ε), no mean, no β) matches nn.RMSNorm forward (float32, "
+                     "within 1e-5) and F.rms_norm's gradients for x and γ (float64, within 1e-10)",
+    figure="largest forward difference (float32)",
+    settings=[Setting("against PyTorch's RMSNorm"),
+              Setting("control: against LayerNorm without β (it subtracts the mean)", {"reference": "layer"},
+                      expect=False)])
+def c22_torch_match(seed, rms_norm, *, reference="rms"):
+    found = torch_match(rms_norm, seed, reference)
+    holds = found["forward"] < 1e-5 and found["grad_x"] < 1e-10 and found["grad_weight"] < 1e-10
+    return Outcome(holds, found["forward"], f"gradients within {max(found['grad_x'], found['grad_weight']):.1e}")
+
+
+def invariances(rms_norm, seed: int = 0, shift: float = 1.0, norm: str = "rms") -> dict:
+    """On 6 random float64 tokens of width 64 (seed), ε = 0: how far the norm's output moves when each token is
+    scaled by a in [0.5, 10.5], and when every feature is shifted by `shift`; and the identity RMS² = σ² + μ²."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(6, 64, generator=g, dtype=torch.float64)
+    a = torch.rand(6, 1, generator=g, dtype=torch.float64) * 10 + 0.5
+    f = (lambda t: rms_norm(t, eps=0.0)) if norm == "rms" else (lambda t: F.layer_norm(t, (64,), eps=0.0))
+    identity = float(((x * x).mean(-1) - x.var(-1, unbiased=False) - x.mean(-1) ** 2).abs().max())
+    return {"scaled": float((f(a * x) - f(x)).abs().max()), "shifted": float((f(x + shift) - f(x)).abs().max()),
+            "identity": identity}
+
+
+@claim_experiment(
+    "C23", statement="With ε = 0, scaling a token by a > 0 leaves RMSNorm's output unchanged (within 1e-12) and "
+                     "shifting every feature by 1 moves it by more than 0.3, as RMS² = σ² + μ² says",
+    figure="largest change of the output when every feature is shifted by 1",
+    settings=[Setting("RMSNorm"),
+              Setting("control: LayerNorm, which subtracts the mean, ignores the shift too", {"norm": "layer"},
+                      expect=False)])
+def c23_invariances(seed, rms_norm, *, norm="rms"):
+    found = invariances(rms_norm, seed, norm=norm)
+    holds = found["scaled"] < 1e-12 and found["shifted"] > 0.3 and found["identity"] < 1e-12
+    return Outcome(holds, found["shifted"], f"scaled: {found['scaled']:.1e}")
+
+
+def equals_layer_norm(rms_norm, seed: int = 0, shift: float = 0.5) -> dict:
+    """RMSNorm against LayerNorm without β (same γ, ε = 1e-5) on 8 random float64 tokens (seed): the largest
+    difference once the tokens are centred, and once their means are shifted by `shift`."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 64, generator=g, dtype=torch.float64)
+    weight = torch.rand(64, generator=g, dtype=torch.float64) + 0.5
+    centred = x - x.mean(dim=-1, keepdim=True)
+
+    def gap(t):
+        return float((rms_norm(t, weight) - F.layer_norm(t, (64,), weight, None, eps=1e-5)).abs().max())
+
+    return {"centred": gap(centred), "shifted": gap(centred + shift)}
+
+
+@claim_experiment(
+    "C24", statement="For tokens of mean 0, RMSNorm equals LayerNorm without β (same γ and ε) to 1e-12 in float64; "
+                     "with the means shifted by 0.5 they differ by more than 0.1",
+    figure="largest difference with the means shifted by the setting's shift",
+    settings=[Setting("shift 0.5"),
+              Setting("control: shift 0 (mean 0 again, so no difference)", {"shift": 0.0}, expect=False)])
+def c24_equals_layer_norm(seed, rms_norm, *, shift=0.5):
+    found = equals_layer_norm(rms_norm, seed, shift)
+    return Outcome(found["centred"] < 1e-12 and found["shifted"] > 0.1, found["shifted"],
+                   f"centred: {found['centred']:.1e}")
+
+
+# ---- the centring fold: a Pre-LN stream written only by linear maps can be made mean-zero, and then LN = RMSNorm ---
+
+FOLD_MODEL = dict(vocab_size=16, d_model=32, n_layers=4, n_heads=4, max_len=16)
+
+
+class RMSNormWithBias(nn.Module):
+    """γ ⊙ x / √(mean(x²) + ε) + β with a LayerNorm's own γ, β and ε: what that LayerNorm computes on mean-zero x."""
+
+    def __init__(self, layer_norm: nn.Module):
+        super().__init__()
+        self.weight, self.bias, self.eps = layer_norm.weight, layer_norm.bias, layer_norm.eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _rms_norm(x, x.shape[-1:], self.weight, self.eps) + self.bias
+
+
+@torch.no_grad()
+def centre_writing_weights(model: TinyLM) -> TinyLM:
+    """In place: every vector the model adds to its residual stream gets mean 0 over d_model (TransformerLens's
+    center_writing_weights): the embeddings' rows, and the columns and bias of each sublayer's output matrix."""
+    for emb in (model.tok_emb, model.pos_emb):
+        emb.weight -= emb.weight.mean(dim=-1, keepdim=True)
+    for block in model.blocks:
+        for linear in (block.attn.out_proj, block.ffn.linear2):  # weight: (d_model, d_in), so the mean is over dim 0
+            linear.weight -= linear.weight.mean(dim=0, keepdim=True)
+            if linear.bias is not None:
+                linear.bias -= linear.bias.mean()
+    return model
+
+
+def swap_to_rms(model: TinyLM) -> TinyLM:
+    """In place: every LayerNorm (two per block and the final one) becomes RMSNormWithBias with its γ, β, ε."""
+    for block in model.blocks:
+        block.norm1, block.norm2 = RMSNormWithBias(block.norm1), RMSNormWithBias(block.norm2)
+    if not isinstance(model.final_norm, nn.Identity):
+        model.final_norm = RMSNormWithBias(model.final_norm)
+    return model
+
+
+def fold_model(seed: int = 0, placement: str = "pre") -> TinyLM:
+    """A float64 TinyLM with LayerNorm whose γ, β and biases are random, as after training (seed)."""
+    model = TinyLM(FOLD_MODEL["vocab_size"], d_model=FOLD_MODEL["d_model"], n_layers=FOLD_MODEL["n_layers"],
+                   n_heads=FOLD_MODEL["n_heads"], max_len=FOLD_MODEL["max_len"], norm="layer", placement=placement,
+                   seed=seed).double()
+    g = torch.Generator().manual_seed(20_000 + seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # γ in [0.5, 1.5]; β and the biases in [-0.2, 0.2]
+                gain = "norm" in name and name.endswith("weight")
+                p.copy_((1.0 if gain else 0.0) + (0.5 if gain else 0.2) * (2 * torch.rand(p.shape, generator=g,
+                                                                                        dtype=p.dtype) - 1))
+    return model
+
+
+def fold_gaps(seed: int = 0, placement: str = "pre") -> dict:
+    """The fold on fold_model(seed, placement), logits on 8 random sequences of 16 tokens: the largest |difference|
+    from the original model's logits after centring the writing weights, after swapping every LayerNorm for
+    RMSNormWithBias without centring, and after both; and the largest |token mean| of the centred stream."""
+    model = fold_model(seed, placement)
+    idx = torch.randint(0, FOLD_MODEL["vocab_size"], (8, FOLD_MODEL["max_len"]),
+                        generator=torch.Generator().manual_seed(30_000 + seed))
+    with torch.no_grad():
+        reference = model(idx)
+        centred = centre_writing_weights(copy.deepcopy(model))
+        logits, hidden = centred(idx, return_hidden=True)
+        swapped = swap_to_rms(copy.deepcopy(model))(idx)
+        folded = swap_to_rms(centre_writing_weights(copy.deepcopy(model)))(idx)
+    return {"centred": float((logits - reference).abs().max()), "swapped": float((swapped - reference).abs().max()),
+            "folded": float((folded - reference).abs().max()),
+            "stream_mean": max(float(h.mean(dim=-1).abs().max()) for h in hidden),
+            "logit_scale": float(reference.abs().max())}
+
+
+FOLD_TOL, FOLD_CHANGE = 1e-10, 0.1
+
+
+@claim_experiment(
+    "C72", statement="Pre-LN with LayerNorm (4 blocks, random γ, β, biases, float64): after centring every weight "
+                     "that writes to the residual stream, replacing every LayerNorm by γ ⊙ x / RMS(x) + β gives the "
+                     f"same logits (within {FOLD_TOL:g}); without the centring the same swap moves them by more than "
+                     f"{FOLD_CHANGE}",
+    figure="largest |logit difference| of the swapped model from the original",
+    settings=[Setting("Pre-LN, writing weights centred, then the swap"),
+              Setting("control: the swap without centring", {"centre": False}, expect=False),
+              Setting("limit: Post-LN, centred then swapped (the norm's own γ ⊙ x̂ + β writes the stream)",
+                      {"placement": "post"}, expect=False)])
+def c72_fold(seed, *, centre=True, placement="pre"):
+    gaps = fold_gaps(seed, placement)
+    gap = gaps["folded"] if centre else gaps["swapped"]
+    holds = gap < FOLD_TOL and gaps["centred"] < FOLD_TOL and gaps["swapped"] > FOLD_CHANGE
+    return Outcome(holds, gap, f"centring alone moves the logits by {gaps['centred']:.1e}; the swap alone by "
+                               f"{gaps['swapped']:.2g}")
+
+
+# ---- the quality run (section 5): a test that can fail ------------------------------------------------------------
+# Four Pre-LN blocks of width 32 learn the copy task in 100 steps with either norm, given N(0, 1) position embeddings
+# (notebook 04's choice: copying by position then starts within a few dozen steps). One block learns it with no norm
+# at all, so a one-block test cannot tell a norm from nothing; with four blocks the run without a norm fails.
+QUALITY = dict(vocab_size=16, d_model=32, n_layers=4, n_heads=4, n_tokens=8, steps=100, lr=1e-2, pos_std=1.0)
+NORMS = ("layer", "rms", "none")
+NORM_NAMES = {"layer": "LayerNorm", "rms": "RMSNorm", "none": "no norm"}
+LEARNED, SAME_FINAL, SAME_SPEED = 0.1, 0.05, 0.15  # nats: learned; final losses and mean losses "the same"
+FAILED = 1.0  # nats: a final loss above this has clearly failed (chance is ln 15 = 2.71)
+PROBE_OFFSET = 3.0  # section 5's probe: added to every feature of every token embedding
+
+
+def quality_model(norm: str, seed: int = 0, token_offset: float = 0.0, dtype=torch.float32) -> TinyLM:
+    """The quality run's TinyLM with `norm`; the same seed gives the same weights whatever the norm. token_offset is
+    added to every feature of every token embedding (token means far from 0: the re-centring probe)."""
+    model = TinyLM(QUALITY["vocab_size"], d_model=QUALITY["d_model"], n_layers=QUALITY["n_layers"],
+                   n_heads=QUALITY["n_heads"], max_len=2 * QUALITY["n_tokens"], norm=norm, seed=seed)
+    with torch.no_grad():
+        model.pos_emb.weight.normal_(0.0, QUALITY["pos_std"], generator=torch.Generator().manual_seed(10_000 + seed))
+        model = model.to(dtype)
+        model.tok_emb.weight.add_(token_offset)
+    return model
+
+
+def train_norm(norm: str, seed: int = 0, steps: int = QUALITY["steps"], lr: float = QUALITY["lr"],
+               token_offset: float = 0.0, callback=None, should_stop=None) -> History:
+    """Train quality_model(norm, seed, token_offset) on the copy task; the batches depend only on the seed."""
+    return train_copy_task(quality_model(norm, seed, token_offset), steps=steps, lr=lr, n_tokens=QUALITY["n_tokens"],
+                           vocab_size=QUALITY["vocab_size"], seed=seed, callback=callback, should_stop=should_stop)
+
+
+def trained(norm: str, seed: int = 0, token_offset: float = 0.0, steps: int = QUALITY["steps"]) -> History:
+    """train_norm at the notebook's settings, kept: the notebook's cells and the claim experiments share the runs."""
+    return _kept_run(norm, int(seed), float(token_offset), int(steps))
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_run(norm: str, seed: int, token_offset: float, steps: int) -> History:
+    return train_norm(norm, seed, steps, token_offset=token_offset)
+
+
+def train_norms(seed: int = 0, steps: int = QUALITY["steps"], lr: float = QUALITY["lr"], norms=NORMS, callback=None,
+                should_stop=None) -> dict[str, History]:
+    """Train the same TinyLM (same initial weights, same batches) once per norm in `norms`.
+
+    callback(norm, step, history) runs after every step; returns {norm: History}, ending early if stopped."""
     histories = {}
-    for norm in ("layer", "rms"):
-        model = TinyLM(QUALITY["vocab_size"], d_model=QUALITY["d_model"], n_layers=QUALITY["n_layers"],
-                       n_heads=QUALITY["n_heads"], norm=norm, seed=seed)
+    for norm in norms:
         hook = None if callback is None else (lambda step, h, norm=norm: callback(norm, step, h))
-        histories[norm] = train_copy_task(model, steps=steps, lr=lr, n_tokens=QUALITY["n_tokens"],
-                                          vocab_size=QUALITY["vocab_size"], seed=seed, callback=hook,
-                                          should_stop=should_stop)
+        histories[norm] = train_norm(norm, seed, steps, lr, callback=hook, should_stop=should_stop)
         if histories[norm].stopped:
             break
     return histories
 
 
-class QualityDemo(TrainingDemo):
-    """Seed, learning rate and steps; a Train button runs LayerNorm then RMSNorm in the background, drawing both loss
-    curves live. `run(background=False)` trains in the calling thread (what the notebook's test run does); a run's
-    result is train_both's History of each norm."""
+def mean_loss(history: History) -> float:
+    """Mean loss over the whole run: how fast it learned (nats)."""
+    return sum(history.loss) / len(history.loss)
 
-    NAMES = {"layer": "LayerNorm", "rms": "RMSNorm"}
+
+def learns_like_layernorm(candidate: History, layer: History) -> bool:
+    """The quality test: LayerNorm and `candidate` both learned (final loss < LEARNED), to final losses within
+    SAME_FINAL and mean losses within SAME_SPEED of each other. Not-a-number losses fail it."""
+    a, b = candidate.final(), layer.final()
+    return bool(a < LEARNED and b < LEARNED and abs(a - b) < SAME_FINAL
+                and abs(mean_loss(candidate) - mean_loss(layer)) < SAME_SPEED)
+
+
+def failed(history: History) -> bool:
+    """The run clearly failed: its final loss is above FAILED (or not a number)."""
+    return not history.final() <= FAILED
+
+
+NO_NORM_LONG_STEPS = 300  # C27's limit: given this many steps, the model without a norm gets below FAILED
+
+
+@claim_experiment(
+    "C27", statement="Four Pre-LN blocks, copy task, 100 steps at lr 1e-2, the same weights and batches: RMSNorm "
+                     f"passes the quality test against LayerNorm (both final losses below {LEARNED}, within "
+                     f"{SAME_FINAL} of each other, mean losses within {SAME_SPEED}), and without a norm the run "
+                     f"has not learned (final loss above {FAILED}). Slower, not unable: given {NO_NORM_LONG_STEPS} "
+                     "steps, the run without a norm gets below that line (the limit setting)",
+    figure="final loss of the run the setting tests: RMSNorm, or no norm in the control and the limit (nats; chance "
+           "is ln 15 = 2.71)",
+    settings=[Setting("RMSNorm against LayerNorm, and no norm has not learned"),
+              Setting("control: the same test on no norm", {"candidate": "none"}, expect=False),
+              Setting(f"limit: no norm given {NO_NORM_LONG_STEPS} steps gets below {FAILED} nat",
+                      {"none_steps": NO_NORM_LONG_STEPS}, expect=False)])
+def c27_quality(seed, *, candidate="rms", none_steps=QUALITY["steps"]):
+    layer, tested, none = trained("layer", seed), trained(candidate, seed), trained("none", seed, steps=none_steps)
+    holds = learns_like_layernorm(tested, layer) and (candidate != "rms" or failed(none))
+    figure = none.final() if none_steps != QUALITY["steps"] else tested.final()
+    return Outcome(holds, figure, f"LayerNorm {layer.final():.3f}, {NORM_NAMES[candidate]} {tested.final():.3f}; "
+                                  f"no norm, {none_steps} steps: {none.final():.3f}")
+
+
+def probe_logit_gaps(seed: int = 0, token_offset: float = PROBE_OFFSET) -> dict[str, float]:
+    """How far each norm's model moves its logits at initialization when every token embedding is shifted by
+    token_offset (float64, one batch of the copy task): LayerNorm's should not move at all."""
+    idx, _, _ = copy_task_batch(8, QUALITY["n_tokens"], QUALITY["vocab_size"],
+                                generator=torch.Generator().manual_seed(seed))
+    gaps = {}
+    with torch.no_grad():
+        for norm in ("layer", "rms"):
+            plain = quality_model(norm, seed, dtype=torch.float64)(idx)
+            shifted = quality_model(norm, seed, token_offset, dtype=torch.float64)(idx)
+            gaps[norm] = float((shifted - plain).abs().max())
+    return gaps
+
+
+LONG_PROBE_STEPS = 300  # the probe's limit: given this many steps, RMSNorm learns the shifted task too
+
+
+@claim_experiment(
+    "C71", statement=f"Token embeddings shifted by {PROBE_OFFSET:g} in every feature (token means far from 0): "
+                     "LayerNorm's logits do not move (within 1e-9, float64), so its run is the same run; RMSNorm's "
+                     f"do, and in the {QUALITY['steps']}-step quality run it has not learned (final loss above "
+                     f"{FAILED}) where unshifted it learned. A delay, not a failure: given {LONG_PROBE_STEPS} steps "
+                     "it learns (the limit setting)",
+    figure="RMSNorm's final loss with the setting's shift and steps (nats; chance is ln 15 = 2.71)",
+    settings=[Setting(f"shift {PROBE_OFFSET:g}, {QUALITY['steps']} steps"),
+              Setting("control: shift 0, the quality run itself", {"token_offset": 0.0}, expect=False),
+              Setting(f"dose: shift 1, {QUALITY['steps']} steps: RMSNorm learns", {"token_offset": 1.0},
+                      expect=False),
+              Setting(f"limit: shift {PROBE_OFFSET:g}, {LONG_PROBE_STEPS} steps: RMSNorm learns (a delay)",
+                      {"steps": LONG_PROBE_STEPS}, expect=False)])
+def c71_recentring(seed, *, token_offset=PROBE_OFFSET, steps=QUALITY["steps"]):
+    gaps = probe_logit_gaps(seed, PROBE_OFFSET)
+    shifted = trained("rms", seed, token_offset, steps)
+    holds = gaps["layer"] < 1e-9 and gaps["rms"] > 1e-3 and failed(shifted) and not failed(trained("rms", seed))
+    return Outcome(holds, shifted.final(), f"logits move: LayerNorm {gaps['layer']:.1e}, RMSNorm {gaps['rms']:.2g}; "
+                                           f"{steps} steps, shift {token_offset:g}: final {shifted.final():.3f}")
+
+
+class QualityDemo(TrainingDemo):
+    """Seed, learning rate and steps; a Train button runs LayerNorm, RMSNorm and no norm in the background, drawing
+    the loss curves live. `run(background=False)` trains in the calling thread; a run's result is train_norms's
+    History of each norm."""
+
+    NAMES = NORM_NAMES
 
     def __init__(self):
-        self.figure = live_figure("The same tiny LM trained with each norm (copy task)", "training step",
-                                  "cross-entropy loss on the copied tokens (nats)", height=380)
+        self.figure = live_figure("The same 4-block LM trained with each norm, and without one (copy task)",
+                                  "training step", "cross-entropy loss on the copied tokens (nats, log scale)",
+                                  log_y=True, height=380)
         chance = math.log(QUALITY["vocab_size"] - 1)
         self._chance = self.figure.add_scatter(name=f"chance: ln {QUALITY['vocab_size'] - 1}", x=[0, QUALITY["steps"]],
                                                y=[chance, chance], mode="lines",
@@ -159,9 +672,10 @@ class QualityDemo(TrainingDemo):
         self.seed = widgets.IntSlider(value=0, min=0, max=9, description="seed", style=style)
         self.lr = widgets.FloatLogSlider(value=QUALITY["lr"], base=10, min=-3, max=math.log10(3e-2), step=0.1,
                                          description="learning rate", readout_format=".1e", style=style)
-        self.steps = widgets.IntSlider(value=QUALITY["steps"], min=50, max=600, step=50, description="steps",
+        self.steps = widgets.IntSlider(value=QUALITY["steps"], min=50, max=400, step=50, description="steps",
                                        style=style)
-        super().__init__({"seed": self.seed, "lr": self.lr, "steps": self.steps}, [self.figure], button="Train both")
+        super().__init__({"seed": self.seed, "lr": self.lr, "steps": self.steps}, [self.figure],
+                         button="Train all three")
 
     def _draw(self, norm: str, history: History) -> None:
         with self.figure.batch_update():
@@ -175,11 +689,12 @@ class QualityDemo(TrainingDemo):
             self._chance.x = [0, steps]
 
         def callback(norm, step, history):
-            done = step + 1 + (steps if norm == "rms" else 0)
+            done = step + 1 + NORMS.index(norm) * steps
             if step % 10 == 9 or step == steps - 1:
                 self._draw(norm, history)
-                progress(done, 2 * steps, f"{self.NAMES[norm]}: step {step + 1}, loss {history.loss[-1]:.3f}")
-        histories = train_both(seed, steps, lr, callback, should_stop)
+                progress(done, len(NORMS) * steps, f"{self.NAMES[norm]}: step {step + 1}, "
+                                                   f"loss {history.loss[-1]:.3f}")
+        histories = train_norms(seed, steps, lr, callback=callback, should_stop=should_stop)
         for norm, h in histories.items():
             self._draw(norm, h)
         return histories
@@ -192,5 +707,5 @@ class QualityDemo(TrainingDemo):
 
 @register_panel()
 def quality_demo() -> QualityDemo:
-    """The quality run of notebook 05: the same tiny LM trained with LayerNorm and with RMSNorm."""
+    """The quality run of notebook 05: the same 4-block LM trained with LayerNorm, with RMSNorm and without a norm."""
     return QualityDemo()

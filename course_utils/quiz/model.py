@@ -551,16 +551,23 @@ def _grade_numeric(q: Question, response: Any) -> Result:
     if q.is_key(x):
         return _result(q, "correct", f"{shown} is right.", response=shown)
     # At the chapter's numbers two mistakes can give one value (3.5 is the mean of 3 and 4 and their RMS to one
-    # decimal); the learner then reads both hints.
+    # decimal); the learner then reads every hint, told that the value fits each, none put first as the answer.
     hints = [m.feedback for m in q.mistakes if m.matches(x)]
+    if len(hints) == 1:
+        return _result(q, "wrong", f"{shown}: {hints[0]}", response=shown)
     if hints:
-        return _result(q, "wrong", f"{shown}: " + "\n\nOr: ".join(hints), response=shown)
+        readings = "\n\n".join(f"({i}) {h}" for i, h in enumerate(hints, 1))
+        return _result(q, "wrong", f"{shown} can come from {_COUNT.get(len(hints), len(hints))} different slips at "
+                                   f"these numbers; which one did you make?\n\n{readings}", response=shown)
     if q.answer != 0 and q.is_key(-x):
         return _result(q, "wrong", f"{shown}: the size is right but the sign is not.", response=shown)
     if q.decimals is not None and isinstance(response, str) and _too_few_decimals(q, response, x):
         return _result(q, "wrong", f"{shown} is on the way, but give {q.decimals} decimal places.", response=shown)
     return _result(q, "wrong", f"{shown} is not the value asked for; check each step against the formula.",
                    response=shown)
+
+
+_COUNT = {2: "two", 3: "three", 4: "four"}
 
 
 def _too_few_decimals(q: Question, text: str, x: float) -> bool:
