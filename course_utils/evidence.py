@@ -164,9 +164,9 @@ def quote(claim: str) -> str:
         runs = s["runs"]
         held = sum(r["holds"] for r in runs)
         if s["expect"]:
-            verdict = f"holds at {held} of {len(runs)} seeds"
+            verdict = f"the claim holds at {held} of {len(runs)} seeds"
         else:
-            verdict = f"does not hold here, as the notebook says, at {len(runs) - held} of {len(runs)} seeds"
+            verdict = f"the claim fails here, as the notebook says it should, at {len(runs) - held} of {len(runs)} seeds"
         span, not_finite = figure_span([r["figure"] for r in runs])
         if span is None:
             figure = "; no finite figure (see each run's detail in the report)"

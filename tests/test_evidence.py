@@ -91,8 +91,8 @@ def test_quote_reads_the_report_and_says_how_to_make_a_missing_one(sandbox):
     assert "python -m course_utils.robustness --claims C98" in ev.quote("C98")
     rb.write_report(rb.run_claim(exp, seeds=range(4)))
     text = ev.quote("C98")
-    assert text.startswith("C98: fake claim\n") and "a = 1: holds at 2 of 4 seeds" in text
-    assert "a = 2 (control): does not hold here, as the notebook says, at 0 of 4 seeds" in text
+    assert text.startswith("C98: fake claim\n") and "a = 1: the claim holds at 2 of 4 seeds" in text
+    assert "a = 2 (control): the claim fails here, as the notebook says it should, at 0 of 4 seeds" in text
     assert "2 of 8 runs agree" in text
 
 
