@@ -22,10 +22,12 @@ code and settings, so a test fails when the code changed and the report was not 
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import inspect
 import json
 import math
+import platform
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -127,6 +129,13 @@ def claim_experiment(claim: str, *, statement: str, figure: str, settings: list[
     return register
 
 
+def run_stamp() -> dict[str, str]:
+    """When (UTC) and on what a stored result was made: the "run_at" and "machine" of a report or a stored sweep."""
+    import torch
+    return {"run_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, torch {torch.__version__}, Python {platform.python_version()}"}
+
+
 def load_report(claim: str) -> dict | None:
     """The committed report of one claim (data/robustness/<claim>.json), or None if it was never run."""
     path = REPORT_DIR / f"{claim}.json"
@@ -166,7 +175,8 @@ def quote(claim: str) -> str:
         if s["expect"]:
             verdict = f"the claim holds at {held} of {len(runs)} seeds"
         else:
-            verdict = f"the claim fails here, as the notebook says it should, at {len(runs) - held} of {len(runs)} seeds"
+            verdict = (f"the claim fails here, as the notebook says it should, at {len(runs) - held} of {len(runs)} "
+                       "seeds")
         span, not_finite = figure_span([r["figure"] for r in runs])
         if span is None:
             figure = "; no finite figure (see each run's detail in the report)"

@@ -57,7 +57,7 @@ from .transformer import TransformerBlock
 __all__ = ["Variant", "BenchResult", "keep_freed_memory", "last_level_cache_bytes", "PassCounter", "count_passes",
            "COPY", "micro_variants", "default_variants", "backward_variants", "compiled_variants", "lesson_variants",
            "PAIRS", "run", "settings", "size_sweep", "sweep_table", "store_sweep", "stored_sweep_text", "sweep_ratios",
-           "SWEEP_KEEP", "SWEEP_MIB", "BIG_SWEEP_MIB", "block_timing",
+           "SWEEP_KEEP", "SWEEP_VARIANTS", "compiled_pair", "lesson_sweep", "SWEEP_MIB", "BIG_SWEEP_MIB", "block_timing",
            "BLOCK", "store_compiled", "load_stored", "stored_text", "STORED", "block_text", "lesson_backward_variants",
            "report", "WIDTHS", "LONG_WIDTHS", "BUSY_RATIO",
            "ELEMENTS", "PAPER_SAVING", "PAPER_TRANSFORMER_SAVING", "CHAPTER_SAVING", "main"]
@@ -613,11 +613,23 @@ def _machine() -> str:
     return f"{model}; last-level cache {'unknown' if cache is None else f'{cache / 2 ** 20:.0f} MiB'}"
 
 
+def compiled_pair(also: Sequence[str] = ()) -> list[Variant]:
+    """Notebook 05's hand-written pair, plain and torch.compile'd, beside the copy (and the variants named in `also`)."""
+    keep = (COPY, "LayerNorm by hand", "RMSNorm by hand", *also)
+    return [v for v in lesson_variants(compiled=True) if v.name in keep or v.style == "compiled"]
+
+
+SWEEP_VARIANTS = (COPY, "F.layer_norm", "RMSNorm by hand", "LayerNorm by hand")  # what the report's size sweep times
+
+
+def lesson_sweep(sizes_mib: Sequence[int] = BIG_SWEEP_MIB, keep: Sequence[str] = SWEEP_VARIANTS) -> list[BenchResult]:
+    """size_sweep of notebook 05's variants named in `keep`."""
+    return size_sweep([v for v in lesson_variants() if v.name in keep], sizes_mib)
+
+
 def store_compiled(path: Path = STORED, widths: Sequence[int] = (512,), repeats: int = 15, number: int = 5) -> dict:
     """Time the compiled pair against the copy and PyTorch's fused F.layer_norm (forward) and store it, dated."""
-    lessons = lesson_functions("05_rmsnorm")
-    variants = [v for v in default_variants(lessons["layer_norm"], lessons["rms_norm"], compiled=True)
-                if v.name in (COPY, "F.layer_norm", "LayerNorm by hand", "RMSNorm by hand") or v.style == "compiled"]
+    variants = compiled_pair(also=("F.layer_norm",))
     result = run(variants, widths=widths, repeats=repeats, number=number)
     record = {"date": datetime.date.today().isoformat(), "machine": _machine(), "threads": result.threads,
               "torch": torch.__version__, "command": "python -m course_utils.normbench --store-compiled",
@@ -640,7 +652,7 @@ SWEEP_KEEP = (COPY, "F.layer_norm", "RMSNorm by hand")
 def store_sweep(path: Path = STORED, sizes_mib: Sequence[int] = BIG_SWEEP_MIB) -> dict:
     """Run the size sweep with the copy, F.layer_norm and RMSNorm by hand (64 MiB included: beyond the cache) and
     store it, dated, under "sweep" in the stored file (the compiled pair's record is kept)."""
-    results = size_sweep([v for v in lesson_variants() if v.name in SWEEP_KEEP], sizes_mib)
+    results = lesson_sweep(sizes_mib, SWEEP_KEEP)
     rows = [dict(mib=r.elements * 4 / 2 ** 20, variant=v, median_us=r.median_s(v, r.widths[0]) * 1e6,
                  gbps=r.gbps(v, r.widths[0]), x_copy=r.x_copy(v, r.widths[0]),
                  faults=r.faults.get((v, r.widths[0]), float("nan")))
@@ -709,17 +721,13 @@ def report(long: bool = False, compiled: bool = True, block: bool = True,
              run(micro_variants(), **{**settings(False), "widths": (512,)}).table(),
              "Forward, the notebook's default run:", run(lesson_variants(compiled=long), **settings(long)).table()]
     if compiled:
-        pair = [v for v in default_variants(ln, rms, compiled=True)
-                if v.name in (COPY, "LayerNorm by hand", "RMSNorm by hand") or v.style == "compiled"]
         parts += ["The compiled pair (torch.compile of the hand-written norms), measured in this run:",
-                  run(pair, widths=(512,), repeats=15, number=5).table()]
+                  run(compiled_pair(), widths=(512,), repeats=15, number=5).table()]
     parts += ["Forward + backward:", run(backward_variants(ln, rms), widths=(512,), repeats=9, number=2).table()]
     if block:
         parts += ["Whole block against its norms alone:", block_text(block_timing())]
     if sweep_mib:
-        keep = (COPY, "F.layer_norm", "RMSNorm by hand", "LayerNorm by hand")
-        parts += ["Size sweep (MiB per tensor) against the last-level cache:",
-                  sweep_table(size_sweep([v for v in lesson_variants() if v.name in keep], sweep_mib))]
+        parts += ["Size sweep (MiB per tensor) against the last-level cache:", sweep_table(lesson_sweep(sweep_mib))]
     return "\n\n".join(parts)
 
 
@@ -745,8 +753,7 @@ def main(argv: Sequence[str] | None = None) -> BenchResult | None:
         print(stored_text(store_compiled()))
         return None
     if args.sweep:
-        keep = (COPY, "F.layer_norm", "RMSNorm by hand", "LayerNorm by hand")
-        print(sweep_table(size_sweep([v for v in lesson_variants() if v.name in keep], BIG_SWEEP_MIB)))
+        print(sweep_table(lesson_sweep()))
         return None
     if args.long:
         result = run(lesson_variants(compiled=not args.no_compile), **settings(long=True),

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as _dt
 import importlib
 import json
-import platform
 import re
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from .evidence import EXPERIMENTS, REPORT_DIR, ClaimExperiment, agreement, figure_span, fingerprint, load_report
+from .evidence import (EXPERIMENTS, REPORT_DIR, ClaimExperiment, agreement, figure_span, fingerprint, load_report,
+                       run_stamp)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = ROOT / "benchmarks" / "ROBUSTNESS.md"
@@ -71,8 +70,6 @@ def is_current(experiment: ClaimExperiment) -> bool:
 
 def run_claim(experiment: ClaimExperiment, seeds=None, progress=None) -> dict:
     """Run one claim's experiment at each of its settings and seeds; the report as a dict (not yet written)."""
-    import torch
-
     from . import setup
     from .course import lesson_functions
 
@@ -100,10 +97,8 @@ def run_claim(experiment: ClaimExperiment, seeds=None, progress=None) -> dict:
     return {"claim": experiment.claim, "notebook": experiment.notebook, "statement": experiment.statement,
             "figure": experiment.figure, "fingerprint": fingerprint(experiment),
             "experiment": f"{experiment.function.__module__}.{experiment.function.__qualname__}",
-            "seeds": list(seeds), "settings": settings,
-            "run_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "seconds": round(time.perf_counter() - started, 2),
-            "machine": f"{platform.machine()}, torch {torch.__version__}, Python {platform.python_version()}"}
+            "seeds": list(seeds), "settings": settings, **run_stamp(),
+            "seconds": round(time.perf_counter() - started, 2)}
 
 
 def ledger_sentence(report: dict) -> str:

@@ -12,7 +12,9 @@ until the attention logits grow, with and without QK-norm (Henry et al. 2020, ar
 from __future__ import annotations
 
 import functools
+import json
 import math
+import time
 from collections.abc import Callable
 
 import ipywidgets as widgets
@@ -21,10 +23,12 @@ import plotly.graph_objects as go
 import torch
 from torch import Tensor
 
-from ..evidence import Outcome, Setting, claim_experiment
-from ..figures import PALETTE, color, live_figure, live_subplots, log_axis_values, static_figure
+from ..evidence import Outcome, Setting, claim_experiment, run_stamp
+from ..figures import (PALETTE, color, live_figure, live_subplots, log_axis_values, static_figure,
+                       static_subplots)
 from ..norms import positive_number
 from ..panel import Panel, TrainingDemo, message_html, register_panel
+from ..resources import course_folder
 from ..synthetic import copy_task_batch
 from ..training import History, masked_loss_and_accuracy, seconds_per_step, train_copy_task, warmup_lr
 from ..transformer import TinyLM, softcap
@@ -479,18 +483,12 @@ def run_summary(history: History, checkpoints=()) -> dict:
 
 def sweep_point(condition: str, lr: float, seed: int, steps: int = SWEEP_STEPS, checkpoints=SWEEP_CHECKPOINTS) -> dict:
     """One point of the learning-rate sweep: the recipe's model under a SWEEP_CONDITIONS entry, trained at `lr`."""
-    kind, cap = SWEEP_CONDITIONS[condition]
-    history = train_with_recipe(make_model(kind, seed, cap), seed, steps, lr)
-    return run_summary(history, [c for c in checkpoints if c <= steps])
+    return run_summary(recipe_run(condition, seed, lr, steps)[1], [c for c in checkpoints if c <= steps])
 
 
 def lr_sweep(conditions=tuple(SWEEP_CONDITIONS), lrs=SWEEP_LRS, seeds=SWEEP_SEEDS, steps: int = SWEEP_STEPS,
              progress=None) -> dict:
     """Final loss against learning rate for each condition and seed (Wortsman et al. 2023, Fig. 1, in miniature)."""
-    import datetime
-    import platform
-    import time
-
     from .. import setup
     started = time.perf_counter()
     points = []
@@ -504,16 +502,11 @@ def lr_sweep(conditions=tuple(SWEEP_CONDITIONS), lrs=SWEEP_LRS, seeds=SWEEP_SEED
     return {"command": SWEEP_COMMAND, "recipe": {k: v for k, v in RECIPE.items() if k != "lr"}, "steps": steps,
             "conditions": {c: {"condition": k, "cap": cap} for c, (k, cap) in SWEEP_CONDITIONS.items()
                            if c in conditions},
-            "run_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "seconds": round(time.perf_counter() - started, 1),
-            "machine": f"{platform.machine()}, torch {torch.__version__}, Python {platform.python_version()}",
-            "points": points}
+            **run_stamp(), "seconds": round(time.perf_counter() - started, 1), "points": points}
 
 
 def write_sweep(seeds=SWEEP_SEEDS, name: str = SWEEP_FILE) -> dict:
     """Rerun the learning-rate sweep and write it to data/<name> (SWEEP_COMMAND), printing each point."""
-    import json
-    from ..resources import course_folder
     sweep = lr_sweep(seeds=tuple(seeds), progress=lambda p: print(
         f"{p['condition']:>12} lr {p['lr']:<6g} seed {p['seed']}: final {p['final']:.3f}, best {p['best']:.3f}, "
         f"largest logit {p['peak_logit']:.3g}", flush=True))
@@ -565,8 +558,6 @@ def trained_at_end(point: dict, steps: int | None = None) -> bool:
 
 def load_sweep() -> dict:
     """The stored learning-rate sweep (data/qk_norm_lr_sweep.json), written by write_sweep (SWEEP_COMMAND)."""
-    import json
-    from ..resources import course_folder
     return json.loads((course_folder("data") / SWEEP_FILE).read_text(encoding="utf-8"))
 
 
@@ -622,7 +613,6 @@ def final_logit_run(arm: str, seed: int, lr: float = RECIPE["lr"], steps: int = 
 
 def final_logit_figure(runs: dict[str, dict]) -> go.Figure:
     """Two panels per step: the largest |final logit| and the mean log Z, one trace per arm of the experiment."""
-    from ..figures import static_subplots
     fig = static_subplots(1, 2, "The final logits, QK-norm at lr 0.1: no cap, a final cap of 30, z-loss",
                           height=400, horizontal_spacing=0.1,
                           subplot_titles=("largest |final logit|", "mean log Z over the copied positions"))
@@ -767,7 +757,6 @@ def training_panel() -> TrainingLab:
     return TrainingLab()
 
 
-
 # ------------------------------------------------------------------------------------------- claim experiments
 # Each reruns a claim cell of notebook 06 at another seed or setting (course_utils.evidence). Training runs are cached
 # per process, so claims that share a run train it once.
@@ -893,12 +882,10 @@ def final_logit_claim(seed, *, lr=RECIPE["lr"], steps=150):
     if all(checks.values()):  # the other arms only where the first already shows the growth
         runs.update({arm: final_logit_run(arm, seed, lr, steps) for arm in FINAL_LOGIT_ARMS if arm != "no cap"})
         checks = final_logit_checks(runs)
-    failed = [name for name, ok in checks.items() if not ok]
     run = runs["no cap"]
-    log_z = sum(run["log_z"][-10:]) / 10
-    return Outcome(not failed, log_z, ("all hold" if not failed else "failed: " + ", ".join(failed))
-                   + f"; no cap: final loss {sum(run['loss'][-10:]) / 10:.3f}, largest final logit "
-                     f"{sum(run['max_logit'][-10:]) / 10:.1f}")
+    return Outcome.of_checks(checks, sum(run["log_z"][-10:]) / 10,
+                             f"no cap: final loss {sum(run['loss'][-10:]) / 10:.3f}, largest final logit "
+                             f"{sum(run['max_logit'][-10:]) / 10:.1f}")
 
 
 def cap_margin(plain: dict, capped: dict) -> bool:

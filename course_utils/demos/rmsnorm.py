@@ -119,10 +119,11 @@ def micro_ratios(result: BenchResult) -> dict[str, float]:
 
 
 @claim_experiment(
-    "C78", timed=True, statement="An extra full-tensor pass costs about as much as the passes already made, extra arithmetic "
+    "C78", statement="An extra full-tensor pass costs about as much as the passes already made, extra arithmetic "
                      f"in the same passes costs little: x*2+1 as two ops (4 passes) takes more than {PASS_COST}x the "
                      "time of one fused op (2 passes)",
     figure="time of the slower variant / time of x*2+1 as one fused op",
+    timed=True,
     settings=[Setting("x*2+1 as two ops: two passes more"),
               Setting(f"control: 1+2x² as one fused op, more arithmetic, no extra pass: not {PASS_COST}x slower",
                       {"slower": "more arithmetic"}, expect=False)])
@@ -155,10 +156,11 @@ def _bench(layer_norm, rms_norm, names, seed, backward=False, **kwargs) -> Bench
 
 
 @claim_experiment(
-    "C79", timed=True, statement="Time ≈ full-tensor passes × a copy's time per pass, as a floor and an order: the copy, "
+    "C79", statement="Time ≈ full-tensor passes × a copy's time per pass, as a floor and an order: the copy, "
                      "RMSNorm and LayerNorm written by hand make 2, 7 and 14 passes, take time in that order at "
                      f"d = 128, 512, 2048, and each at least {COST_FLOOR}x what its passes predict",
     figure="hand-written RMSNorm's measured time / its predicted time, at d = 512",
+    timed=True,
     settings=[Setting("4 MiB float32, d = 128, 512, 2048")])
 def cost_model_claim(seed, layer_norm, rms_norm):
     result = _bench(layer_norm, rms_norm, (COPY,) + HAND, seed, widths=normbench.WIDTHS, repeats=9, number=3)
@@ -177,10 +179,11 @@ def like_with_like(result: BenchResult, ln: str, rms: str) -> dict:
 
 
 @claim_experiment(
-    "C25", timed=True, statement="Like with like, dropping the mean makes RMSNorm cheaper: written by hand with the same "
+    "C25", statement="Like with like, dropping the mean makes RMSNorm cheaper: written by hand with the same "
                      f"elementary ops, it makes 7 full-tensor passes to LayerNorm's 14 and saves at least "
                      f"{MIN_SAVING:.0%} of its forward time at d = 128, 512 and 2048",
     figure="smallest median saving over the widths, 1 - t_RMS / t_LN",
+    timed=True,
     settings=[Setting("RMSNorm by hand against LayerNorm by hand"),
               Setting("control: against the fused F.layer_norm (2 passes): RMSNorm by hand makes more",
                       {"against": "F.layer_norm"}, expect=False)])
@@ -193,10 +196,11 @@ def hand_saving_claim(seed, layer_norm, rms_norm, *, against="LayerNorm by hand"
 
 
 @claim_experiment(
-    "C80", timed=True, statement="The saving holds for training's cost too: forward and backward, RMSNorm by hand makes fewer "
+    "C80", statement="The saving holds for training's cost too: forward and backward, RMSNorm by hand makes fewer "
                      f"passes than LayerNorm by hand and saves at least {MIN_BACKWARD_SAVING:.0%} of its time "
                      "(4 MiB float32, d = 512)",
     figure="median saving, forward + backward, 1 - t_RMS / t_LN",
+    timed=True,
     settings=[Setting("RMSNorm by hand against LayerNorm by hand, fwd+bwd"),
               Setting("control: against the fused F.layer_norm, fwd+bwd (its backward is fused too)",
                       {"against": "F.layer_norm, fwd+bwd"}, expect=False)])
@@ -222,10 +226,11 @@ def block_checks(timing: dict) -> dict[str, bool]:
 
 
 @claim_experiment(
-    "C26", timed=True, statement="A saving on the norm is not a saving on the model: in one Pre-LN Transformer block, forward "
+    "C26", statement="A saving on the norm is not a saving on the model: in one Pre-LN Transformer block, forward "
                      f"and backward, its two norms alone save at least {MIN_BACKWARD_SAVING:.0%} with RMSNorm, the "
                      f"whole block less than half of that and under {BLOCK_SMALL:.0%} either way",
     figure="whole-block saving, forward + backward, 1 - t_RMS / t_LN",
+    timed=True,
     settings=[Setting("d_model 256, 4 heads, 4 x 32 tokens")])
 def block_claim(seed):
     timing = normbench.block_timing(seed=seed)
@@ -347,7 +352,6 @@ def torch_match(rms_norm, seed: int = 0, reference: str = "rms") -> dict:
     module = nn.RMSNorm(64, eps=1e-5)
     with torch.no_grad():
         module.weight.copy_(weight)
-    with torch.no_grad():
         ref = module(x) if reference == "rms" else theirs(x, weight)
         forward = float((rms_norm(x, weight) - ref).abs().max())
     ours = [t.double().requires_grad_() for t in (x, weight)]
@@ -463,9 +467,7 @@ def swap_to_rms(model: TinyLM) -> TinyLM:
 
 def fold_model(seed: int = 0, placement: str = "pre") -> TinyLM:
     """A float64 TinyLM with LayerNorm whose γ, β and biases are random, as after training (seed)."""
-    model = TinyLM(FOLD_MODEL["vocab_size"], d_model=FOLD_MODEL["d_model"], n_layers=FOLD_MODEL["n_layers"],
-                   n_heads=FOLD_MODEL["n_heads"], max_len=FOLD_MODEL["max_len"], norm="layer", placement=placement,
-                   seed=seed).double()
+    model = TinyLM(**FOLD_MODEL, norm="layer", placement=placement, seed=seed).double()
     g = torch.Generator().manual_seed(20_000 + seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
