@@ -24,14 +24,17 @@ def setup(seed: int = 0, threads: int | None = 1, student: str | None = None) ->
     other (a 200-layer stack of small ops ran 100x slower). threads=None leaves PyTorch's choice. This is the only
     code in the course that sets the thread count: panels, benchmarks and background runs use what it set.
     `student` (your login, e.g. "jdoe") gives the quizzes' calculations your own numbers; without it they use
-    $JUPYTERHUB_USER, else the chapter's numbers.
+    $JUPYTERHUB_USER, else the chapter's numbers. In a notebook, every widget shown after it also leaves a static copy
+    of its figures beside its live view (course_utils.snapshot), which a page or deck built from the notebook shows.
     """
     import numpy as np
     import torch
 
     from .quiz.notebook import set_student
+    from .snapshot import install
 
     set_student(student)  # first, so that a bad id fails before anything is seeded
+    install()
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

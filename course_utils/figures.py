@@ -2,29 +2,53 @@
 figures; the notebook displays them."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from copy import deepcopy
 
 import plotly
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
-__all__ = ["PALETTE", "LiveFigure", "live_figure", "static_figure", "live_subplots", "static_subplots", "color",
-           "log_axis_values"]
+__all__ = ["PALETTE", "DASHES", "MARKERS", "FONT_SIZE", "CONFIG", "LiveFigure", "PageHelper", "live_figure",
+           "static_figure", "live_subplots", "static_subplots", "color", "dash", "marker", "log_axis_values"]
 
 # Okabe-Ito: distinguishable under the common colour-vision deficiencies.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
-_MARGIN = dict(l=60, r=20, t=50, b=50)
-_LEGEND = dict(orientation="h", y=-0.2)
-# Subplot titles sit between the figure's title and the plots, so subplot figures start lower and so does the legend.
+# Line styles and marker symbols that go with the colours, so conditions differ by more than colour alone (a
+# projector washes colours out, and a tenth of men see some of these pairs alike).
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
+MARKERS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down"]
+# Text sizes read from the back of a room: plotly's default 12 px is too small on a projector.
+FONT_SIZE = 15
+_TITLE_SIZE = 18
+# Figures drawn once follow the width of their column (plotly's responsive mode, for the mime renderer); live ones are
+# sized by PageHelper. No figure is built with a fixed width.
+CONFIG = {"responsive": True, "displaylogo": False}
+# The legend sits in its own strip at the bottom of the figure (y measured in the whole figure, not the plot area),
+# under the x-axis title, so larger text never runs the two into each other.
+_MARGIN = dict(l=60, r=20, t=50, b=90)
+_LEGEND = dict(orientation="h", yref="container", y=0, yanchor="bottom", x=0, xanchor="left")
+# Subplot titles sit between the figure's title and the plots, so subplot figures start lower.
 _SUBPLOT_MARGIN = {**_MARGIN, "t": 80}
-_SUBPLOT_LEGEND = {**_LEGEND, "y": -0.25}
+_SUBPLOT_LEGEND = _LEGEND
 
 
 def color(i: int) -> str:
     """The i-th course colour, cycling."""
     return PALETTE[i % len(PALETTE)]
+
+
+def dash(i: int) -> str:
+    """The i-th line style, cycling: pass it with color(i) so each condition has its own colour *and* dash."""
+    return DASHES[i % len(DASHES)]
+
+
+def marker(i: int) -> str:
+    """The i-th marker symbol, cycling (for scatter points and lines+markers)."""
+    return MARKERS[i % len(MARKERS)]
 
 
 def log_axis_values(values) -> list:
@@ -64,6 +88,11 @@ def _check_widget_internals(cls: type) -> None:
                           f"plotly==7.1.0, then restart the kernel.")
 
 
+# Figures drawn once (go.Figure shown through plotly's mime type) get the same config as live ones.
+for _name in ("plotly_mimetype", "jupyterlab", "notebook", "notebook_connected", "vscode"):
+    _renderer = pio.renderers[_name]
+    _renderer.config = {**(_renderer.config or {}), **CONFIG}
+
 if importlib.util.find_spec("anywidget") is not None:  # without it FigureWidget raises its own clear error when built
     _check_widget_internals(go.FigureWidget)
 
@@ -96,12 +125,101 @@ class LiveFigure(go.FigureWidget):
             self._layout_edit_in_process = self._trace_edit_in_process = False
 
 
+_PAGE_HELPER_ESM = r"""
+// One helper per course widget (a panel, a quiz). It keeps the keyboard in its widget: the root is marked with
+// data-lm-suppress-shortcuts, so JupyterLab's single-key shortcuts (x cuts a cell, a/b insert one) do nothing while
+// a course control has the focus, and a key pressed in the widget goes no further than its root (the notebook's own
+// ArrowDown handler would otherwise take the focus away from a dropdown).
+// It also reports the width of the column each of its live figures sits in (`widths`, in page order), so Python
+// sizes them to fill it: plotly's FigureWidget view draws before its element is in the page, cannot measure its
+// column and keeps plotly's default 700 px (and its `responsive` mode stopped a figure taking updates in Voila).
+function render({ model, el }) {
+  el.style.display = "none";
+  let tries = 0;
+  const attach = () => {
+    const root = el.closest(".course-widget");
+    if (!root) {
+      if (tries++ < 200) requestAnimationFrame(attach);
+      return;
+    }
+    root.setAttribute("data-lm-suppress-shortcuts", "true");
+    root.addEventListener("keydown", (event) => { if (event.key !== "Escape") event.stopPropagation(); });
+    let pending = null;
+    const report = () => {
+      pending = null;
+      const widths = Array.from(root.querySelectorAll(".js-plotly-plot"))
+        .map((plot) => Math.round(plot.getBoundingClientRect().width));
+      if (widths.some((w) => w > 0) && JSON.stringify(widths) !== JSON.stringify(model.get("widths"))) {
+        model.set("widths", widths);
+        model.save_changes();
+      }
+    };
+    const later = () => { if (pending === null) pending = setTimeout(report, 80); };
+    const observer = new ResizeObserver(later);
+    observer.observe(root);
+    // figures appear after the helper (each draws when its module has loaded): look again as they do
+    new MutationObserver(() => {
+      root.querySelectorAll(".js-plotly-plot").forEach((plot) => observer.observe(plot));
+      later();
+    }).observe(root, { childList: true, subtree: true });
+    later();
+  };
+  attach();
+}
+export default { render };
+"""
+
+
+@functools.cache
+def _page_helper_class() -> type:
+    import anywidget  # imported when the first helper is built: without anywidget, FigureWidget says what to install
+    import traitlets
+
+    class PageHelper(anywidget.AnyWidget):
+        _esm = _PAGE_HELPER_ESM
+        widths = traitlets.List(traitlets.Int()).tag(sync=True)  # each live figure's column, in page order
+
+    return PageHelper
+
+
+def PageHelper(root=None):  # noqa: N802 - used like the widget class it builds
+    """The invisible front-end helper of a course widget: put one inside a widget whose root has the DOM class
+    `course-widget` (Panel and the quiz widget do), and pass that root. While a control in it has the keyboard,
+    JupyterLab's shortcuts stay off; and its live figures are sized to the columns they sit in, whatever the window."""
+    helper = _page_helper_class()()
+    if root is not None:
+        helper.observe(lambda change: fit_figures(root, change["new"]), names="widths")
+    return helper
+
+
+def _live_figures(widget) -> list:
+    """The LiveFigures in a widget tree, in page order."""
+    if isinstance(widget, go.FigureWidget):
+        return [widget]
+    return [f for child in getattr(widget, "children", ()) for f in _live_figures(child)]
+
+
+def fit_figures(root, widths: list[int]) -> None:
+    """Give each live figure in root the width of its column (as the page measured it); a figure whose width was set
+    on purpose (not by this function) keeps it."""
+    for fig, width in zip(_live_figures(root), widths):
+        if width > 50 and fig.layout.width in (None, getattr(fig, "_fitted_width", None)):
+            fig.layout.width = fig._fitted_width = width
+
+
 def _course_look(fig: go.Figure, title: str, *, height: int, width: int | None, margin: dict | None,
                  legend: dict | None, subplots: bool = False) -> go.Figure:
-    """fig with the course's title, size, template, palette, margins and legend; margin and legend override keys."""
+    """fig with the course's title, size, fonts, template, palette, margins and legend; margin and legend override
+    keys. Axes make room for their own tick labels and titles (automargin), so a long tick label never runs into its
+    axis title; a plain go.Figure gets the responsive config when it is shown (`fig.show(config=CONFIG)` is not
+    needed: the template sets nothing of config, so static figures carry it in `_config` too)."""
     base_margin, base_legend = (_SUBPLOT_MARGIN, _SUBPLOT_LEGEND) if subplots else (_MARGIN, _LEGEND)
-    fig.update_layout(title=title, height=height, width=width, template="plotly_white", colorway=PALETTE,
+    fig.update_layout(title=dict(text=title, font=dict(size=_TITLE_SIZE)), height=height, width=width,
+                      template="plotly_white", colorway=PALETTE, font=dict(size=FONT_SIZE),
                       margin={**base_margin, **(margin or {})}, legend={**base_legend, **(legend or {})})
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
+    fig.update_annotations(font_size=FONT_SIZE + 1)  # subplot titles
     return fig
 
 

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterable
 import ipywidgets as widgets
 
 from .course import lesson_parameters
+from .figures import PageHelper
 
 __all__ = ["Panel", "BackgroundRun", "TrainingDemo", "register_panel", "build_panel", "lesson_parameters", "PANELS",
-           "message_html", "parse_features"]
+           "message_html", "parse_features", "choice", "full_label", "SHORT_CHOICES"]
 
 # name -> (notebook, factory); filled by @register_panel in the demo modules.
 PANELS: dict[str, tuple[str, Callable[[], "Panel"]]] = {}
@@ -65,15 +66,65 @@ def message_html(text: str, kind: str = "warning") -> str:
     return f'<div style="color:{colour};padding:4px 0">{html.escape(text)}</div>'
 
 
+# A choice between at most this many options, each at most _SHORT_LABEL characters, is a row of buttons: every
+# option in sight, one click, no menu to open (a dropdown hides the options and its ArrowDown fights the notebook).
+SHORT_CHOICES = 4
+_SHORT_LABEL = 24
+
+
+def choice(options, value=None, description: str = "", **kwargs) -> widgets.ValueWidget:
+    """A control for one of `options` (labels, or (label, value) pairs): ToggleButtons for a short list, a Dropdown
+    otherwise; `value` defaults to the first option's value."""
+    options = list(options)
+    labels = [o[0] if isinstance(o, tuple) else str(o) for o in options]
+    if value is None:
+        value = options[0][1] if isinstance(options[0], tuple) else options[0]
+    short = len(options) <= SHORT_CHOICES and all(len(label) <= _SHORT_LABEL for label in labels)
+    kind = widgets.ToggleButtons if short else widgets.Dropdown
+    control = kind(options=options, value=value, description=description, **kwargs)
+    if short:  # buttons as wide as their labels, and a row as wide as its buttons (else they wrap under the label)
+        control.style.button_width = "auto"
+        control.layout.width = "auto"
+    return control
+
+
+def full_label(control: widgets.Widget) -> widgets.Widget:
+    """Make a control's label readable in full: its description gets the width of its text (ipywidgets cuts it at
+    80 px with an ellipsis), and its tooltip is the description (with no tooltip, the page shows title="null")."""
+    description = getattr(control, "description", "")
+    if description and hasattr(control, "style") and "description_width" in control.style.keys:
+        control.style.description_width = "initial"
+    if getattr(control, "tooltip", "missing") is None:
+        control.tooltip = description
+    if isinstance(control, (widgets.IntSlider, widgets.FloatSlider, widgets.FloatLogSlider)) and description:
+        # The track keeps its length when the label grows: the slider's box grows instead of squeezing it.
+        control.layout.width = f"{max(320, 200 + 8 * len(description))}px"
+    return control
+
+
+def _no_null_titles(widget: widgets.Widget) -> None:
+    """Give every widget in the tree a tooltip (its description, or none shown): ipywidgets writes a missing one into
+    the page as the literal title "null", which a mouse-over shows."""
+    if getattr(widget, "tooltip", "missing") is None:
+        widget.tooltip = getattr(widget, "description", "") or ""
+    for child in getattr(widget, "children", ()):
+        _no_null_titles(child)
+
+
 class Panel:
     """Controls that drive `update(**values)`; update redraws the outputs (FigureWidgets, HTML) it closes over.
 
     `update` may raise ValueError with a message for the learner (shown as a warning); any other exception is shown
     as an error with its type, and the previous figures stay as they were.
+    layout="stack" puts the controls above the outputs; layout="side" puts them in a column left of the outputs,
+    which keeps a tall figure and the controls that drive it on one laptop screen.
     """
 
     def __init__(self, controls: dict[str, widgets.ValueWidget], outputs: Iterable[widgets.Widget],
-                 update: Callable[..., object], title: str | None = None, columns: int = 3):
+                 update: Callable[..., object], title: str | None = None, columns: int = 3,
+                 layout: str = "stack"):
+        if layout not in ("stack", "side"):
+            raise ValueError(f"layout is 'stack' or 'side', not {layout!r}")
         self.controls = dict(controls)
         self.outputs = list(outputs)
         self.update = update
@@ -81,10 +132,24 @@ class Panel:
         self.last_error: str | None = None
         self.last_error_expected = True  # False when the last error was not a ValueError: a bug, not a bad setting
         self.last_traceback: str | None = None  # that bug's traceback, for whoever debugs the course
-        rows = [widgets.HBox(list(self.controls.values())[i:i + columns])
-                for i in range(0, len(self.controls), columns)]
+        for control in self.controls.values():
+            full_label(control)
         header = [widgets.HTML(f"<b>{html.escape(title)}</b>")] if title else []
-        self.widget = widgets.VBox([*header, *rows, self.message, *self.outputs])
+        if layout == "stack":
+            wrap = widgets.Layout(flex_flow="row wrap")
+            rows = [widgets.HBox(list(self.controls.values())[i:i + columns], layout=wrap)
+                    for i in range(0, len(self.controls), columns)]
+            body = [*rows, self.message, *self.outputs]
+        else:
+            side = widgets.VBox([*self.controls.values(), self.message],
+                                layout=widgets.Layout(flex="0 0 auto", max_width="40%", margin="0 12px 0 0"))
+            main = widgets.VBox(self.outputs, layout=widgets.Layout(flex="1 1 auto", min_width="0"))
+            body = [widgets.HBox([side, main], layout=widgets.Layout(width="100%", align_items="flex-start"))]
+        self.widget = widgets.VBox([*header, *body])
+        self.widget.children += (PageHelper(self.widget),)
+        self.widget.add_class("course-widget")
+        self.widget.add_class("course-panel")
+        _no_null_titles(self.widget)
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         self.refresh()
@@ -180,7 +245,8 @@ class BackgroundRun:
         self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True, button_style="danger")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description=label)
         self.status = widgets.HTML()
-        self.widget = widgets.HBox([self.progress, self.stop_button, self.status])
+        self.notice = widgets.HTML()  # a refusal; progress reports overwrite the status, never this
+        self.widget = widgets.HBox([self.progress, self.stop_button, self.status, self.notice])
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: str | None = None
@@ -193,7 +259,7 @@ class BackgroundRun:
     def busy(self) -> bool:
         """True, and a message saying so, while a run is going: a second one must wait for Stop."""
         if self.running:
-            self.status.value = message_html("A run is already going: press Stop first.")
+            self.notice.value = message_html("A run is already going: wait for it to end, or press Stop first.")
             return True
         return False
 
@@ -230,6 +296,7 @@ class BackgroundRun:
                 self.status.value = message_html(f"The run failed: {self.error}", "error")
             finally:
                 self.stop_button.disabled = True
+                self.notice.value = ""
 
         if background:
             self._thread = threading.Thread(target=target, daemon=True)
@@ -257,7 +324,7 @@ class TrainingDemo(Panel):
 
     def __init__(self, controls: dict[str, widgets.ValueWidget], figures: Iterable[widgets.Widget], *,
                  button: str = "Train", buttons: Iterable[widgets.Button] = (), title: str | None = None,
-                 columns: int = 3):
+                 columns: int = 3, layout: str = "stack"):
         self.button = widgets.Button(description=button, icon="play", button_style="primary")
         self.runner = BackgroundRun("training")
         self.plan = widgets.HTML()
@@ -265,7 +332,7 @@ class TrainingDemo(Panel):
         self.result = None
         self.button.on_click(lambda _button: self.run(background=True))
         super().__init__(controls, [self.plan, widgets.HBox([self.button, *buttons]), self.runner.widget, *figures,
-                                    self.summary], self._check, title=title, columns=columns)
+                                    self.summary], self._check, title=title, columns=columns, layout=layout)
 
     def settings(self, **values) -> dict:
         """The job's settings from the control values; a bad one raises ValueError with a message for the learner."""

@@ -18,6 +18,8 @@ BROWSER_TEST = "test_browser.py"
 # Unit tests that take over ~1.5 s each on the 2-core course machine (pytest --durations): left out of the fast loop,
 # `pytest -n 2 -m "not browser and not notebooks and not slow"`. A file name with a test name covers all parameters.
 SLOW = {
+    "test_deck.py::test_a_run_ends_with_snapshots_of_what_the_widgets_show_then",  # starts a kernel, 2-12 s
+    "test_deck.py::test_a_failing_cell_is_named_with_its_error",  # starts a kernel, 2-12 s
     "test_grading_walk.py::test_the_readme_grading_walk_prints_what_it_shows",  # every grading command, ~10 s
     "test_panel.py::test_every_registered_panel_refreshes_over_its_whole_sweep[init_panel]",  # measures 24 models
     "test_release.py::test_force_replaces_the_release_and_keeps_other_files",  # a second whole release, ~6 s

@@ -102,6 +102,17 @@ def test_per_position_norm_uses_only_the_real_tokens_at_each_position():
     assert bn_demo.normalize(x, mask, bn_demo.PER_POSITION).equal(ours)
 
 
+def test_the_panels_tell_their_conditions_apart_without_colour():
+    padding = bn_demo.padding_panel().outputs[1]
+    bars = [t for t in padding.data if t.type == "bar"]
+    assert {t.marker.pattern.shape for t in bars} == {None, "/"}
+    assert len({t.line.dash for t in padding.data if t.type == "scatter"}) == 2
+    coupling = bn_demo.coupling_panel().outputs[1]
+    assert len({t.marker.pattern.shape for t in coupling.data if t.type == "bar"}) == 2
+    lines = [t for t in coupling.data if t.type == "scatter"]
+    assert len({(t.line.dash, t.marker.symbol) for t in lines}) == len(lines) == 6
+
+
 def test_the_future_reaches_position_zero_only_through_pooled_statistics():
     leak = bn_demo.future_leak(seed=2)
     pooled, masked, per_position, ln = (leak[k] for k in bn_demo.TIME_NORMS)

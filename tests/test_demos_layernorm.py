@@ -1,6 +1,7 @@
 """Notebook 03's demos (course_utils.demos.layernorm) and parse_features, the panels' typed-numbers parser."""
 import math
 
+import ipywidgets as widgets
 import pytest
 import torch
 import torch.nn.functional as F
@@ -118,6 +119,24 @@ def test_sphere_panel_figure_has_a_title_axis_labels_and_a_legend():
     assert fig.layout.title.text
     assert all(ax.title.text for ax in (fig.layout.scene.xaxis, fig.layout.scene.yaxis, fig.layout.scene.zaxis))
     assert all(t.name for t in fig.data)
+
+
+def test_the_formula_is_a_row_of_buttons_with_the_full_formula_as_tooltip():
+    formula = build_panel("token_panel").controls["formula"]
+    assert isinstance(formula, widgets.ToggleButtons)
+    assert [value for _, value in formula.options] == list(ln_demo.FORMULAS)
+    assert all("σ" in tip for tip in formula.tooltips)
+
+
+def test_the_pitfalls_differ_by_dash_and_marker_in_both_plots():
+    sweep = ln_demo.pitfall_errors(*(_lessons()[n] for n in ("layer_norm", "layer_norm_unbiased",
+                                                            "layer_norm_eps_on_std")), seed=0)
+    by_d, by_spread = sweep["by_d"], sweep["by_spread"]
+    fig = ln_demo.pitfall_figure(sweep["ds"], [u for u, _, _ in by_d], [e for _, e, _ in by_d], sweep["spreads"],
+                                 [e for _, e, _ in by_spread], [u for u, _, _ in by_spread])
+    looks = {t.name: (t.line.dash, t.marker.symbol) for t in fig.data}
+    assert len(looks) == 2 and len(set(looks.values())) == 2
+    assert all((t.line.dash, t.marker.symbol) == looks[t.name] for t in fig.data)
 
 
 # ---- the shared measurements, checked against the maths --------------------------------------------------------------

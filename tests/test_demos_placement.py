@@ -1,5 +1,6 @@
 """Notebook 04's demo module: the diagram, the measurements at initialization, the race and its panels."""
 import math
+import re
 import time
 
 import numpy as np
@@ -60,19 +61,33 @@ def test_init_panel_sweep_refreshes(small_init_panel):
     panel = small_init_panel
     for values in panel.sweep():
         assert panel.set(**values), panel.last_error
-    post_trace = panel.figures["grad"].data[0]
-    assert list(post_trace.x) == [1, 2, 3, 4] or list(post_trace.x) == [1, 2]
-    assert panel.figures["rms"].data[2].name.startswith("sqrt(")
+    assert panel.set(depth=4, show="FFN gradient", weight="W1 (linear1)")
+    post, pre, fit = panel.figure.data
+    assert list(post.x) == [1, 2, 3, 4] and not fit.visible and "W1" in panel.figure.layout.title.text
+    assert post.y == pytest.approx(panel.data[4, "post"]["W1"].mean(0).tolist())
+    assert not panel.controls["weight"].disabled
+    assert panel.set(show="stream size")
+    assert list(post.x) == [0, 1, 2, 3, 4] and fit.visible and fit.name.startswith("sqrt(")
+    assert panel.controls["weight"].disabled  # the weight picks between gradients only
+    assert panel.set(show="update per block") and pre.y == pytest.approx(panel.data[4, "pre"]["update"].mean(0).tolist())
+
+
+def test_init_panel_tells_the_placements_apart_by_more_than_colour(small_init_panel):
+    post, pre, _ = small_init_panel.figure.data
+    assert post.line.color != pre.line.color
+    assert post.line.dash != pre.line.dash and post.marker.symbol != pre.marker.symbol
 
 
 def test_init_panel_rejects_nonsense_with_a_message(small_init_panel):
     panel = small_init_panel
     with pytest.raises(ValueError, match="was not measured"):
-        panel.update(depth=7, weight="W2 (linear2)", spread=False)
+        panel.update(depth=7, show="FFN gradient", weight="W2 (linear2)", spread=False)
     with pytest.raises(ValueError, match="weight must be"):
-        panel.update(depth=2, weight="W9", spread=False)
+        panel.update(depth=2, show="FFN gradient", weight="W9", spread=False)
+    with pytest.raises(ValueError, match="show must be"):
+        panel.update(depth=2, show="loss", weight="W2 (linear2)", spread=False)
     panel.controls["weight"].options = ["W2 (linear2)", "W1 (linear1)", "W9"]  # a value the handler refuses
-    assert not panel.set(weight="W9")
+    assert not panel.set(show="FFN gradient", weight="W9")
     assert "weight must be" in panel.message.value
     assert panel.set(weight="W2 (linear2)") and panel.message.value == ""
 
@@ -112,6 +127,64 @@ def test_verdict():
     assert demo.verdict(History(loss=[0.01] * 20, accuracy=[1.0] * 20)) == "learned"
     assert demo.verdict(History(loss=[chance] * 20, accuracy=[0.07] * 20)) == "stuck at chance"
     assert demo.verdict(History(loss=[1.0] * 20, accuracy=[0.6] * 20)) == "partial"
+
+
+def test_a_stopped_run_is_never_called_stuck():
+    chance = math.log(demo.TASK["vocab_size"] - 1)
+    at_chance = dict(loss=[chance] * 30, accuracy=[0.07] * 30)
+    assert demo.run_verdict(History(**at_chance), steps=30, warmup=50) == "stuck at chance"  # went the whole way
+    during = demo.run_verdict(History(**at_chance, stopped=True), steps=100, warmup=50)
+    assert during == "stopped during warmup at step 30 of 50: too early to judge"
+    assert demo.run_verdict(History(**at_chance, stopped=True), steps=100) == "stopped at step 30 of 100: too early to judge"
+    learned = History(loss=[0.01] * 30, accuracy=[1.0] * 30, stopped=True)
+    assert demo.run_verdict(learned, steps=100) == "learned by step 30 of 100, then stopped"
+    early = History(loss=[0.01] * 5, accuracy=[1.0] * 5, stopped=True)
+    assert "too early to judge" in demo.run_verdict(early, steps=100)
+
+
+def test_a_race_stopped_mid_warmup_says_so_in_its_summary():
+    calls = iter(range(10_000))
+    result = demo.run_race(1, 1e-3, 10, 20, 1, configs=demo.DEPTH_RACE, should_stop=lambda: next(calls) >= 5)
+    assert result.stopped and list(result.histories) == ["Post-LN + warmup"]
+    summary = result._repr_html_()
+    assert "stopped during warmup at step 4 of 10: too early to judge" in summary and "stuck" not in summary
+    assert result.verdicts() == {"Post-LN + warmup": []}  # the claims' verdicts count finished runs only
+    assert "stopped during warmup" in repr(result)
+
+
+def test_the_time_estimate_follows_the_settings():
+    panel = demo.race_panel()
+    panel.step_cost = (0.01, 0.002)  # seconds per step: fixed, per block
+    assert demo.race_seconds(panel.step_cost, n_layers=4, steps=100, runs=6) == pytest.approx(6 * 100 * 0.018)
+
+    def estimate(**settings) -> float:
+        assert panel.set(**settings), panel.last_error
+        return float(re.search(r"about (\d+) s", panel.plan.value).group(1))
+
+    base = estimate(n_layers=4, steps=100, seeds=2, warmup=50)
+    assert base == round(3 * 2 * 100 * 0.018)
+    assert estimate(n_layers=4, steps=200, seeds=2) == 2 * base
+    assert estimate(n_layers=4, steps=100, seeds=4) == 2 * base
+    assert estimate(n_layers=9, steps=100, seeds=2) == round(3 * 2 * 100 * 0.028)
+    deep = demo.race_panel(configs=demo.DEPTH_RACE)  # two configurations, not three
+    deep.step_cost = panel.step_cost
+    assert deep.set(n_layers=4, steps=100, seeds=2) and f"about {2 * 2 * 100 * 0.018:.0f} s" in deep.plan.value
+
+
+def test_step_cost_is_measured_here():
+    fixed, per_block = demo.step_cost()
+    assert fixed >= 0 and per_block >= 0 and fixed + per_block > 0
+
+
+def test_the_race_figure_tells_configurations_apart_by_more_than_colour_and_labels_each_once():
+    fig = demo.race_figure(demo.RACE, seeds=2, steps=6)
+    for _ in range(2):  # a second run redraws the figure afresh: no repeated legend entries
+        demo.run_race(1, 1e-3, 2, 6, 2, figure=fig)
+    shown = [t for t in fig.data if t.showlegend is not False]
+    assert len({t.name for t in shown}) == len(shown) == 4  # three configurations and the chance line
+    runs = shown[:3]
+    for attribute in (lambda t: t.line.color, lambda t: t.line.dash, lambda t: t.marker.symbol):
+        assert len({attribute(t) for t in runs}) == 3
 
 
 def test_stop_really_ends_a_background_run():

@@ -110,6 +110,17 @@ def test_training_lab_trains_synchronously_keeps_every_run_and_draws():
     assert not lab.fig.data and not lab.runs and lab.result is None
 
 
+def test_training_lab_tells_runs_apart_by_label_and_conditions_by_more_than_colour():
+    lab = demo.TrainingLab()
+    for condition in ("QK-norm", "QK-norm", "no QK-norm"):
+        assert lab.set(condition=condition, steps=2, seed=0) and lab.run(background=False)
+    names = [t.name for t in lab.fig.data if t.showlegend]
+    assert names == ["QK-norm, lr 0.1, seed 0", "QK-norm, lr 0.1, seed 0 (run 2)", "no QK-norm, lr 0.1, seed 0"]
+    symbols = [t.marker.symbol for t in lab.fig.data if t.showlegend]
+    dashes = [t.line.dash for t in lab.fig.data if t.showlegend]
+    assert symbols[0] == symbols[1] != symbols[2] and len(set(dashes)) == 3  # condition: marker; run: dash
+
+
 def test_training_lab_background_run_can_be_stopped():
     lab = demo.TrainingLab()
     lab.set(steps=1000)

@@ -16,6 +16,12 @@ def base():
         yield minilm.baseline()
 
 
+@pytest.fixture(scope="module")
+def interventions():
+    """One intervention panel for the tests that only set it: building one runs all 84 settings."""
+    return build_panel("intervention_panel")
+
+
 def test_figures_build(base):
     dims = demo.outlier_set(base, LESSONS["outlier_dims"])
     logits = LESSONS["attention_logits"](base.model, base.hidden, base.mask)
@@ -24,6 +30,22 @@ def test_figures_build(base):
                demo.attention_logit_figure(logits), demo.damage_figure({("L1", "rms"): 0.99}, ["L1"], ["rms"])]
     for fig in figures:
         assert fig.layout.title.text and fig.data
+
+
+def test_inspector_draws_lines_over_the_features_and_sends_gamma_beta_only_for_a_new_norm():
+    panel = build_panel("layernorm_inspector_panel")
+    fig = panel.outputs[1]
+    assert not any(t.type == "bar" for t in fig.data)  # 384 bars would be one pixel each
+    sent = []
+    fig.observe(lambda change: sent.append(change["new"]), names="_py2js_update")
+    assert panel.set(token=3)
+    styled = [m["style_traces"] for m in sent if m]
+    assert len(styled) == 1 and 5 not in styled[0] and 6 not in styled[0]  # the norm is the same: γ, β stay
+    assert panel.set(norm="L2 attention")
+    assert 5 in [m["style_traces"] for m in sent if m][-1]
+    ln = minilm.layer_norms(minilm.baseline().model)["L2 attention"]
+    assert list(fig.data[5].y) == ln.weight.tolist()
+    assert fig.data[4].text[0] == f" feature {int(fig.data[0].y.index(max(fig.data[0].y, key=abs)))} "
 
 
 def test_inspector_shows_the_last_token_past_a_short_sentence():
@@ -38,43 +60,40 @@ def test_inspector_shows_the_last_token_past_a_short_sentence():
         panel.update(norm="L9 FFN", sentence=0, token=0)
 
 
-def test_intervention_panel_shows_the_damage():
-    panel = build_panel("intervention_panel")
-    assert panel.set(layer=0, sublayers="both", intervention="remove")
-    cos = panel.outputs[1].data[0].y
+def test_intervention_panel_shows_the_damage(interventions):
+    assert interventions.set(layer=0, sublayers="both", intervention="remove")
+    cos = interventions.outputs[1].data[0].y
     assert max(cos) < 0.5
-    assert panel.set(layer=6, intervention="rms")
-    assert min(panel.outputs[1].data[0].y) > 0.98
+    assert interventions.set(layer=6, intervention="rms")
+    assert min(interventions.outputs[1].data[0].y) > 0.98
     with pytest.raises(ValueError, match="choose a block"):
-        panel.update(layer=9, sublayers="both", intervention="rms")
+        interventions.update(layer=9, sublayers="both", intervention="rms")
     with pytest.raises(ValueError, match="intervention"):
-        panel.update(layer=1, sublayers="both", intervention="shout")
+        interventions.update(layer=1, sublayers="both", intervention="shout")
     with pytest.raises(ValueError, match="sublayers"):
-        panel.update(layer=1, sublayers="middle", intervention="zero")
+        interventions.update(layer=1, sublayers="middle", intervention="zero")
 
 
-def test_the_panels_zero_the_outliers_with_the_notebooks_zeroed():
-    panel = build_panel("intervention_panel")
-    assert panel.set(layer=0, sublayers="both", intervention="zero")
+def test_the_panels_zero_the_outliers_with_the_notebooks_zeroed(interventions):
+    assert interventions.set(layer=0, sublayers="both", intervention="zero")
     base = minilm.baseline()
     dims = demo.outlier_set(base, LESSONS["outlier_dims"])
     zeroed = LESSONS["zeroed"]
     want = minilm.damage(base, minilm.intervened_embeddings(base, range(1, 7), lambda ln: zeroed(ln, dims)))
-    assert list(panel.outputs[1].data[0].y) == want.cos.tolist()
-    assert f"{float(want.cos.mean()):.4f}" in panel.outputs[0].value
+    assert list(interventions.outputs[1].data[0].y) == want.cos.tolist()
+    assert f"{float(want.cos.mean()):.4f}" in interventions.outputs[0].value
 
 
-def test_intervention_panel_flags_a_collapse_instead_of_reading_the_ranking():
-    panel = build_panel("intervention_panel")
-    assert panel.set(layer=0, sublayers="both", intervention="remove")
-    readout = panel.outputs[0].value
+def test_intervention_panel_flags_a_collapse_instead_of_reading_the_ranking(interventions):
+    assert interventions.set(layer=0, sublayers="both", intervention="remove")
+    readout = interventions.outputs[0].value
     assert "Collapsed" in readout and "unrelated sentences' mean cosine" in readout
-    assert panel.set(layer=0, intervention="rms")
-    readout = panel.outputs[0].value
+    assert interventions.set(layer=0, intervention="rms")
+    readout = interventions.outputs[0].value
     assert "Collapsed" not in readout and "pairs ranked right 100% → <b>100%</b>" in readout
 
 
-def test_intervention_panel_computes_each_setting_once(monkeypatch):
+def test_intervention_panel_computes_every_setting_once_when_built(monkeypatch):
     calls = []
 
     def counted(*args, **kwargs):
@@ -82,11 +101,27 @@ def test_intervention_panel_computes_each_setting_once(monkeypatch):
         return minilm.intervened_embeddings(*args, **kwargs)
     monkeypatch.setattr(demo, "intervened_embeddings", counted)
     panel = build_panel("intervention_panel")
-    for layer in (3, 4, 3, 4):
-        assert panel.set(layer=layer, sublayers="both", intervention="pre")
-    first = panel.outputs[0].value
-    assert panel.set(layer=3) and panel.set(layer=4)
-    assert len(calls) == 3 and panel.outputs[0].value == first  # the default setting, then L3 and L4 once each
+    settings = 7 * len(minilm.NORM_SITES) * len(demo.INTERVENTIONS)  # L1-L6 and all six, each site, each change
+    assert len(calls) == settings
+    for layer in (3, 4, 3, 0):
+        assert panel.set(layer=layer, sublayers="ffn", intervention="pre")
+    assert len(calls) == settings  # a change only looks its result up: nothing reruns the model
+
+
+def test_intervention_panel_redraws_only_what_moves(interventions):
+    fig = interventions.outputs[1]
+    assert interventions.set(layer=1, sublayers="both", intervention="rms")
+    sent = []
+
+    def record(change):
+        sent.append(change["new"])
+    fig.observe(record, names="_py2js_update")
+    assert interventions.set(layer=2, sublayers="both", intervention="remove")
+    fig.unobserve(record, names="_py2js_update")
+    messages = [m for m in sent if m]
+    assert len(messages) == 1  # one batch, one message
+    assert set(messages[0]["style_data"]) == {"y"} and not messages[0]["layout_data"]
+    assert messages[0]["style_traces"] == [0, 2, 3]  # the bars and the two kinds of pairs; the y = x line stays
 
 
 def test_sentence_subsets_and_random_text():
@@ -158,11 +193,10 @@ def test_switching_a_feature_off_removes_the_sink_and_restores_the_model(base):
     assert values[3][0] < values[3][1]
 
 
-def test_the_intervention_panel_grades_the_collapse_warning():
-    panel = build_panel("intervention_panel")
-    assert panel.set(layer=0, sublayers="both", intervention="remove")
-    assert "Collapsed" in panel.outputs[0].value
-    assert panel.set(layer=3, sublayers="both", intervention="pre")
-    assert "Partly collapsed" in panel.outputs[0].value
-    assert panel.set(layer=4, sublayers="both", intervention="rms")
-    assert "ollapsed" not in panel.outputs[0].value
+def test_the_intervention_panel_grades_the_collapse_warning(interventions):
+    assert interventions.set(layer=0, sublayers="both", intervention="remove")
+    assert "Collapsed" in interventions.outputs[0].value
+    assert interventions.set(layer=3, sublayers="both", intervention="pre")
+    assert "Partly collapsed" in interventions.outputs[0].value
+    assert interventions.set(layer=4, sublayers="both", intervention="rms")
+    assert "ollapsed" not in interventions.outputs[0].value

@@ -103,7 +103,7 @@ def test_quality_demo_trains_synchronously_and_refuses_a_second_run():
     assert len(demo.figure.data[1].y) == 50 == len(demo.figure.data[2].y) == len(demo.figure.data[3].y)
     assert "final loss" in demo.summary.value
     assert demo.run(background=True) is None and demo.runner.running  # the background run starts, returns at once
-    assert not demo.start(background=True) and "already going" in demo.runner.status.value
+    assert not demo.start(background=True) and "already going" in demo.runner.notice.value
     demo.runner.stop()
     demo.runner.join(30)
     assert not demo.runner.running and demo.runner.error is None

@@ -85,6 +85,18 @@ def test_the_hook_figure_shows_every_run_and_the_float16_limit(runs):
     assert "nan from block" in " ".join(a.text for a in fig.layout.annotations)
 
 
+def test_the_hook_figure_and_the_slider_panel_tell_their_traces_apart_without_colour(runs):
+    lines = sh.hook_figure(runs).data
+    assert len({(t.line.dash, t.marker.symbol) for t in lines}) == len(lines)
+    bars = sh.first_slider_panel().outputs[1].data
+    assert len({t.marker.pattern.shape for t in bars}) == len(bars) == 2
+
+
+def test_the_block_diagram_follows_its_column():
+    """No fixed width: the figure takes the width of the notebook's column, on a laptop or a projector."""
+    assert sh.block_diagram().layout.width is None
+
+
 def test_the_hook_table_prints_each_run_at_the_listed_blocks(runs):
     lines = sh.hook_table(runs).splitlines()
     assert len(lines) == 1 + len(runs) + 1 and "factor of about" in lines[-1]

@@ -226,3 +226,28 @@ def test_covariate_shift_demo_runs_synchronously():
     assert records is demo.result and set(records) == set(wn.SHIFT_NORMS)
     assert "mean over 8 units" in demo.summary.value and all(r["units"] == 8 for r in records.values())
     assert len(demo.fig.data[0].y) == 20 and "spread drift" in demo.summary.value.lower()
+
+
+def test_covariate_shift_demo_redraws_by_the_clock_not_once_per_few_steps(monkeypatch):
+    """A redraw per few steps queues up in the browser and plays back after training ends; paced by the clock, the
+    figure only redraws as often as it can be drawn, and always once at the end of each network's run."""
+    demo = wn.covariate_shift_demo(steps=40)
+    draws, draw = [], demo._draw
+    monkeypatch.setattr(demo, "_draw", lambda record: (draws.append(record["norm"]), draw(record)))
+    monkeypatch.setattr(wn, "REDRAW_SECONDS", math.inf)
+    demo.run(background=False)
+    assert draws == list(wn.SHIFT_NORMS)  # never due while training: only each run's final state
+    draws.clear()
+    monkeypatch.setattr(wn, "REDRAW_SECONDS", 0.0)
+    demo.run(background=False)
+    assert draws.count("none") == 40 // 5 + 1  # always due: every record (each 5 steps), then the final state
+
+
+def test_short_choices_are_buttons_and_conditions_differ_by_more_than_colour():
+    growth = wn.residual_growth_panel(residual_stack)
+    assert all(isinstance(growth.controls[n], widgets.ToggleButtons) for n in ("contributions", "sublayer", "norm"))
+    assert len({t.line.dash for t in growth.outputs[1].data}) == len(growth.outputs[1].data)
+    demo = wn.covariate_shift_demo(steps=20)
+    losses = [t for t in demo.fig.data if t.name.startswith("loss")]
+    quantiles = [t for t in demo.fig.data if t.showlegend is not False and not t.name.startswith("loss")]
+    assert len({t.line.dash for t in losses}) == 2 and len({t.line.dash for t in quantiles}) == 3

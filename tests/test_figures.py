@@ -53,15 +53,38 @@ def test_every_builder_applies_the_course_look():
         assert fig.layout.title.text == "t" and list(fig.layout.colorway) == PALETTE
         assert fig.layout.template.to_plotly_json() == pio.templates["plotly_white"].to_plotly_json()
     one, grid = built[0].layout, built[2].layout
-    assert (one.margin.t, one.legend.y, one.height) == (50, -0.2, 360)
-    assert (grid.margin.t, grid.legend.y, grid.height) == (80, -0.25, 380)
+    assert (one.margin.t, one.legend.yref, one.legend.y, one.height) == (50, "container", 0, 360)
+    assert (grid.margin.t, grid.legend.yref, grid.height) == (80, "container", 380)
     assert [a.text for a in grid.annotations] == ["a", "b"]
+    for fig in built:  # a figure follows its column: no fixed width, text sized for a room, axes make their own room
+        assert fig.layout.width is None and fig.layout.font.size == figures.FONT_SIZE > 12
+        assert all(axis.automargin for axis in fig.select_xaxes()) and all(a.automargin for a in fig.select_yaxes())
+
+
+def test_live_figures_take_the_width_their_column_reports_and_shown_figures_are_responsive():
+    import ipywidgets as widgets
+    fitted, fixed = live_figure("t", "x", "y"), live_figure("t", "x", "y", width=480)
+    root = widgets.VBox([widgets.HBox([fitted]), fixed])
+    helper = figures.PageHelper(root)
+    helper.widths = [934, 934]  # as the page reports them, in page order
+    assert (fitted.layout.width, fixed.layout.width) == (934, 480)  # a width set on purpose stays
+    helper.widths = [1488, 1488]  # the window grew
+    assert fitted.layout.width == 1488
+    helper.widths = [0, 0]  # hidden (a folded slide): nothing changes
+    assert fitted.layout.width == 1488
+    bundle = pio.renderers["plotly_mimetype"].to_mimebundle(static_figure("t", "x", "y").to_dict())
+    assert bundle["application/vnd.plotly.v1+json"]["config"]["responsive"] is True
+
+
+def test_every_condition_can_differ_by_more_than_colour():
+    styles = {(figures.color(i), figures.dash(i), figures.marker(i)) for i in range(6)}
+    assert len(styles) == 6 and len({figures.dash(i) for i in range(6)}) == 6
 
 
 def test_margin_and_legend_override_single_keys_and_axes_are_labelled():
-    fig = static_figure("t", "steps", "loss", log_y=True, height=420, margin=dict(b=90), legend=dict(y=-0.3))
+    fig = static_figure("t", "steps", "loss", log_y=True, height=420, margin=dict(b=120), legend=dict(y=0.1))
     assert (fig.layout.margin.l, fig.layout.margin.b, fig.layout.legend.orientation, fig.layout.legend.y) == (
-        60, 90, "h", -0.3)
+        60, 120, "h", 0.1)
     assert fig.layout.xaxis.title.text == "steps" and fig.layout.yaxis.type == "log" and fig.layout.height == 420
 
 

@@ -81,11 +81,13 @@ def test_background_run_reports_progress_and_stops_cleanly():
     assert run.start(job, on_done=lambda r: (results.append(r), finished.set()))
     time.sleep(0.05)
     assert run.running and not run.start(job)  # a second start is refused with a message
-    assert "already" in run.status.value
+    assert "already" in run.notice.value
+    time.sleep(0.05)  # progress reports keep coming: the refusal must stay readable, not flash for an instant
+    assert "already" in run.notice.value and "step" in run.status.value
     run.stop()
     run.join(timeout=5)
     assert not run.running and results and results[0] < 10_000
-    assert "stopped" in run.status.value and run.progress.value > 0
+    assert "stopped" in run.status.value and run.progress.value > 0 and run.notice.value == ""
 
 
 def test_background_run_shows_a_failing_job():
@@ -165,7 +167,7 @@ def test_training_demo_background_run_reports_progress_refuses_a_second_and_stop
         time.sleep(0.01)
     assert demo.runner.running and demo.runner.progress.max == 100_000
     assert not demo.start(background=True) and demo.run(background=False) is None  # refused while one is going
-    assert "already going" in demo.runner.status.value and demo.trained == [100_000]
+    assert "already going" in demo.runner.notice.value and demo.trained == [100_000]
     demo.runner.stop()
     demo.runner.join(timeout=10)
     assert not demo.runner.running and 3 <= demo.result < 100_000
@@ -220,3 +222,41 @@ def test_every_registered_panel_refreshes_over_its_whole_sweep(name):
             f"{where} refused {values} without showing a clear message: {panel.last_error!r}"
     assert refused < len(settings), f"{where}: every setting of the sweep was refused"
     assert panel.set(**settings[0]) and panel.message.value == "", f"{where} at its defaults again: {panel.last_error}"
+
+
+def test_a_short_choice_is_buttons_and_a_long_one_a_dropdown():
+    from course_utils.panel import choice
+    short = choice([("Pre-LN", "pre"), ("Post-LN", "post")], description="placement")
+    assert isinstance(short, widgets.ToggleButtons) and short.value == "pre"
+    long_list = choice([f"option {i}" for i in range(6)], value="option 2")
+    assert isinstance(long_list, widgets.Dropdown) and long_list.value == "option 2"
+    long_labels = choice(["a label far too long to sit on a button", "b"])
+    assert isinstance(long_labels, widgets.Dropdown)
+
+
+def test_every_control_and_widget_has_a_full_label_and_no_null_title():
+    slider = widgets.FloatSlider(description="learning rate (peak)")
+    plain = widgets.IntSlider(description="n")
+    panel = Panel({"lr": slider, "n": plain}, [widgets.HTML("figure goes here")], lambda lr, n: None)
+    assert slider.style.description_width == "initial" and slider.tooltip == "learning rate (peak)"
+    # the longer label widens the slider instead of squeezing its track
+    assert int(slider.layout.width.rstrip("px")) > int(plain.layout.width.rstrip("px"))
+
+    def tooltips(widget):
+        yield getattr(widget, "tooltip", "")
+        for child in getattr(widget, "children", ()):
+            yield from tooltips(child)
+    assert None not in list(tooltips(panel.widget))
+
+
+def test_panels_stack_or_sit_side_by_side_and_carry_their_page_helper():
+    for layout in ("stack", "side"):
+        panel = Panel({"n": widgets.IntSlider()}, [widgets.HTML("out")], lambda n: None, layout=layout)
+        assert {"course-widget", "course-panel"} <= set(panel.widget._dom_classes)
+        helper = panel.widget.children[-1]  # keeps the keyboard in the panel and re-fits its figures (figures.py)
+        assert type(helper).__name__ == "PageHelper" and "data-lm-suppress-shortcuts" in helper._esm
+    side = Panel({"n": widgets.IntSlider()}, [widgets.HTML("out")], lambda n: None, layout="side")
+    row = side.widget.children[0]
+    assert isinstance(row, widgets.HBox) and side.controls["n"] in row.children[0].children
+    with pytest.raises(ValueError, match="stack.*side"):
+        Panel({}, [], lambda: None, layout="grid")

@@ -17,6 +17,7 @@ from course_utils.quiz import notebook as quiz_notebook
 from course_utils.quiz import (QuizFormatError, Result, UnknownQuizError, answer, load_quiz, markdown_html,
                                quiz_names, reveal, score_summary)
 from course_utils.quiz.files import read_quiz
+from course_utils.quiz.markup import _inline
 
 NOTEBOOKS = ["00_start_here", "01_why_normalize", "02_batchnorm_and_padding", "03_layernorm", "04_pre_vs_post_ln",
              "05_rmsnorm", "06_qk_norm_and_softcapping", "07_review", "08_real_model"]
@@ -31,6 +32,7 @@ MISTAKES = [(q, m) for q in QUESTIONS for m in q.mistakes]
 def _fresh_session(monkeypatch):
     """No answers recorded and no student id: every test sees the chapter's own numbers."""
     monkeypatch.setattr(quiz_notebook, "_SESSION", {})
+    monkeypatch.setattr(quiz_notebook, "_SHOWN", set())
     monkeypatch.setattr(quiz_notebook, "_STUDENT", None)
     monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
 
@@ -397,9 +399,174 @@ def test_widgets_grade_on_click_and_keep_a_running_score():
     q5.check.click()
     q7.input.value = "12.5"
     q7.check.click()
-    assert "mean of the squares" in q7.feedback.value
+    assert "mean of the squares" in q7.feedback.value and "Explanation" not in q7.feedback.value
     assert "2 / 8 points" in view.score.value and "3 of 8 answered" in view.score.value
     assert set(quiz_notebook._SESSION) == {"chapter_2_4.q1", "chapter_2_4.q5", "chapter_2_4.q7"}
+
+
+def _off_by(q):
+    """Plausible wrong answers to a scored item, as a learner would give them: every other choice (the neighbouring
+    letters included), or the key off by a factor, with its sign flipped, or off by one; each known mistake too."""
+    if q.kind == "choice":
+        return [c.label for c in q.choices if c.label != q.answer]
+    values = [q.answer * f for f in (2, 10, 0.5, 0.1, -1)] + [q.answer + 1, q.answer - 1]
+    return [f"{x:.10g}" for x in [*values, *(m.value for m in q.mistakes)] if not q.is_key(x)]
+
+
+def _key_in(q, text):
+    """Whether the text names q's key: a choice's "(b)" or its wording; a number's digits on their own that the
+    prompt does not already give (so "1.25" in "sqrt{1.25}", not "2.5" in "12.5")."""
+    if q.kind == "choice":
+        key = next(c for c in q.choices if c.label == q.answer)
+        return f"({q.answer})" in text or _inline(key.text) in text
+    key = f"{q.answer:.{q.decimals}f}" if q.decimals is not None else f"{q.answer:g}"
+    alone = re.compile(rf"(?<![\d.]){re.escape(key)}(?!\.?\d)")
+    return bool(alone.search(text)) and not alone.search(q.prompt)
+
+
+SHOWN_QUIZZES = [(name, student) for name in ALL_QUIZZES for student in (None, "s0042")
+                 if student is None or load_quiz(name).parameterised]
+
+
+@pytest.mark.parametrize("name,student", SHOWN_QUIZZES)
+def test_a_wrong_try_in_the_widget_gives_neither_the_explanation_nor_the_key(name, student, monkeypatch):
+    if student:
+        monkeypatch.setenv("JUPYTERHUB_USER", student)
+    quiz = load_quiz(name).for_student(student)
+    view = quiz.show()
+    tried = 0
+    for q in (q for q in quiz.questions if q.scored):
+        controls = view.controls[q.id]
+        for response in _off_by(q):
+            controls.input.value = response
+            controls.check.click()
+            shown = controls.feedback.value
+            assert "Not quite" in shown, (q.ref, response, shown)
+            assert markdown_html(q.explanation) not in shown and "Explanation" not in shown, (q.ref, response)
+            echo = f"({response})" if q.kind == "choice" else response
+            body = shown.split("</div>", 1)[1].replace(f"<p>{echo}", "<p>", 1)  # the hint, less headline and echo
+            assert not _key_in(q, body), (q.ref, response, shown)
+            assert controls.shown.value == "" and controls.reveal.layout.display is None, q.ref
+            tried += 1
+    assert tried >= 2 * len([q for q in quiz.questions if q.scored])
+
+
+_KEY_IN_HINT = """title = "rounding"
+[[questions]]
+id = "q1"
+kind = "numeric"
+section = "s"
+points = 1
+prompt = "What is RMS(3, 4), to two decimal places?"
+answer = 3.54
+decimals = 2
+explanation = "sqrt(12.5) = 3.5355..."
+
+[[questions.mistakes]]
+value = 3.53
+tolerance = 0.004
+feedback = "Close: 3.5355 rounds to 3.54."
+
+[[questions.mistakes]]
+value = 12.5
+feedback = "That is the mean of the squares."
+"""
+
+
+def test_a_hint_that_writes_the_key_out_is_held_back_in_the_widget_only(tmp_path):
+    """A hint may give the key away ("rounds to 3.54"): fine in an answer cell, which shows the explanation after
+    any answer, but not in the practice form, whose retry would then be free. (The course's own quizzes have no such
+    hint now; the form must stay safe for an instructor's.)"""
+    (tmp_path / "rounding.toml").write_text(_KEY_IN_HINT, encoding="utf-8")
+    quiz = read_quiz(tmp_path / "rounding.toml")
+    cell = quiz.grade("q1", "3.53")
+    assert cell.status == "wrong" and "3.54" in cell.feedback
+    q1 = quiz.show().controls["q1"]
+    q1.input.value = "3.53"
+    assert "Not quite" in q1.feedback.value and "3.54" not in q1.feedback.value
+    assert "Try again, or show the answer" in q1.feedback.value
+    q1.input.value = "12.5"  # a hint that does not give the key away is shown
+    assert "mean of the squares" in q1.feedback.value
+
+
+def test_show_the_answer_comes_after_a_wrong_try_and_is_recorded():
+    view = load_quiz("chapter_2_4").show()
+    q = load_quiz("chapter_2_4").question("q2")
+    q2 = view.controls["q2"]
+    assert q2.reveal.layout.display == "none"  # nothing to show before a try
+    q2.input.value = "a"
+    q2.check.click()
+    assert q2.reveal.layout.display is None and q2.shown.value == ""
+    q2.reveal.click()
+    assert f"({q.answer})" in q2.shown.value and markdown_html(q.explanation) in q2.shown.value
+    assert quiz_notebook._SHOWN == {"chapter_2_4.q2"} and "1 answer shown" in view.score.value
+    q2.input.value = q.answer
+    q2.check.click()
+    assert "Correct" in q2.feedback.value and "after the answer was shown" in q2.feedback.value
+    assert "0 / 8 points" in view.score.value and quiz_notebook._SESSION["chapter_2_4.q2"].score == 0
+    again = load_quiz("chapter_2_4").show()  # the cell run again: the answer was still shown in this kernel
+    again.controls["q2"].input.value = q.answer
+    again.controls["q2"].check.click()
+    assert "after the answer was shown" in again.controls["q2"].feedback.value
+    q5 = view.controls["q5"]
+    q5.input.value = "2"
+    q5.reveal.click()
+    assert "<b>2.5</b>" in q5.shown.value
+
+
+def test_enter_in_the_number_box_checks_the_answer():
+    view = load_quiz("chapter_2_4").show()
+    q5 = view.controls["q5"]
+    assert q5.input.continuous_update is False  # its value reaches the kernel on Enter (or leaving the box) only
+    q5.input.value = "2.5"  # as Enter sends it: no click
+    assert "Correct" in q5.feedback.value and "1 of 8 answered" in view.score.value
+    q5.input.value = ""
+    assert "Correct" in q5.feedback.value  # clearing the box is not a try
+    q5.input.value = "3"
+    assert "Not quite" in q5.feedback.value
+
+
+def test_the_picked_choice_is_named_and_ticked():
+    view = load_quiz("chapter_2_4").show()
+    q = load_quiz("chapter_2_4").question("q4")
+    q4 = view.controls["q4"]
+    assert q4.chosen.value == "" and not any(q4.input.icons)
+    q4.input.value = "b"
+    assert "You picked <b>(b)</b>" in q4.chosen.value and _inline(q.choices[1].text) in q4.chosen.value
+    assert list(q4.input.icons) == ["check" if c.label == "b" else "" for c in q.choices]
+    q4.check.click()
+    q4.input.value = "c"
+    assert q4.feedback.value == "" and "(c)" in q4.chosen.value  # no verdict on b left beside the pick c
+
+
+def _keyless(name, tmp_path, monkeypatch):
+    from course_utils.release import keyless
+
+    (tmp_path / f"{name}.toml").write_text(keyless(ROOT / "quizzes" / f"{name}.toml"), encoding="utf-8")
+    monkeypatch.setenv("COURSE_QUIZ_DIR", str(tmp_path))
+    return load_quiz(name)
+
+
+def test_the_form_says_it_is_practice_and_in_the_release_that_it_is_not_graded(tmp_path, monkeypatch):
+    full = load_quiz("chapter_2_4").show().children[0].value
+    assert "Practice" in full and "not collected" in full and "<code>answer()</code>" in full
+    quiz = _keyless("chapter_2_4", tmp_path, monkeypatch)
+    assert quiz.keyless
+    view = quiz.show()
+    heading = view.children[0].value
+    assert "Not graded here" in heading and "answer cell" in heading and "Practice" not in heading
+    q5 = view.controls["q5"]
+    assert q5.reveal is None  # no key, nothing to show
+    q5.input.value = "2.5"
+    assert "Readable: 2.5" in q5.feedback.value and "not collected" in q5.feedback.value
+
+
+def test_the_widgets_labels_fit():
+    view = load_quiz("chapter_2_4").show()
+    box = view.controls["q5"].input
+    assert len(box.placeholder) <= 26 and box.layout.width == "24em"  # 26 characters of about 0.55 em each
+    assert all(c.input.style.description_width == "initial" and c.input.tooltip
+               for c in view.controls.values())
 
 
 def test_open_items_in_widgets_reveal_the_model_answer_only_on_request():
@@ -407,9 +574,9 @@ def test_open_items_in_widgets_reveal_the_model_answer_only_on_request():
     i2 = view.controls["i2"]
     i2.input.value = "Pre-LN keeps the identity path."
     i2.check.click()
-    assert "Recorded" in i2.feedback.value and i2.model.value == ""
+    assert "Recorded" in i2.feedback.value and i2.shown.value == ""
     i2.reveal.click()
-    assert "Xiong" in i2.model.value and "<li>" in i2.model.value
+    assert "Xiong" in i2.shown.value and "<li>" in i2.shown.value
 
 
 @pytest.mark.parametrize("name", ALL_QUIZZES)
@@ -417,8 +584,9 @@ def test_every_quiz_builds_its_widgets(name):
     quiz = load_quiz(name)
     view = quiz.show()
     assert set(view.controls) == set(quiz.ids) and quiz.title in view.children[0].value
-    assert all(c.feedback.value == "" and (c.reveal is None) == q.scored
-               for q, c in zip(quiz.questions, view.controls.values()))
+    assert "course-widget" in view._dom_classes  # the page helper keeps JupyterLab's shortcuts off inside it
+    assert all(c.feedback.value == "" and c.shown.value == "" and
+               (c.reveal.layout.display == "none") == q.scored for q, c in zip(quiz.questions, view.controls.values()))
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..evidence import Outcome, Setting, claim_experiment
-from ..figures import color, live_figure, live_subplots, static_figure
+from ..figures import color, dash, live_figure, live_subplots, marker, static_figure
 from ..norms import MaskedBatchNorm1d, batch_norm, masked_mean_var
 from ..panel import Panel, register_panel
 from ..synthetic import padded_batch
@@ -165,6 +165,11 @@ def sentence_outputs(batches: dict, kind: str) -> dict[str, Tensor]:
     return {name: normalize(x, mask, kind)[0, :SENTENCE_LEN] for name, (x, mask) in batches.items()}
 
 
+# Bar patterns, so bars side by side differ by more than colour (plotly's own pattern names)
+_PATTERNS = ("/", ".", "x", "\\", "+")
+_PADDED_BARS = dict(color=color(1), pattern_shape=_PATTERNS[0])
+
+
 def _subplots(titles, title: str, height: int = 380, **look) -> go.FigureWidget:
     """One row of live subplots, one per title, with grouped bars."""
     return live_subplots(1, len(titles), title, height=height, subplot_titles=titles, **look).update_layout(
@@ -174,29 +179,31 @@ def _subplots(titles, title: str, height: int = 380, **look) -> go.FigureWidget:
 @register_panel()
 def padding_panel() -> Panel:
     """Padding share and length spread -> per-feature mean and variance, true vs contaminated, and per position."""
-    fig = _subplots(("per-feature mean", "per-feature variance", "per-position statistics (pads included)"),
-                    "BatchNorm statistics over a padded batch (16 sequences, 64 positions, 8 features)")
+    # Subplot titles of a few words: three side by side have about a third of the column each
+    fig = _subplots(("mean per feature", "variance per feature", "per position, pads in"),
+                    "BatchNorm's statistics over a padded batch (16 sequences, 64 positions, 8 features)",
+                    horizontal_spacing=0.09)
     features = list(range(N_FEATURES))
     bars = {  # key of contaminated_stats -> its bars
         "true_mean": fig.add_bar(x=features, name="true (real tokens only)", marker_color=color(0),
                                  row=1, col=1).data[-1],
-        "padded_mean": fig.add_bar(x=features, name="with padding included", marker_color=color(1),
+        "padded_mean": fig.add_bar(x=features, name="with padding included", marker=_PADDED_BARS,
                                    row=1, col=1).data[-1],
         "true_var": fig.add_bar(x=features, marker_color=color(0), showlegend=False, row=1, col=2).data[-1],
-        "padded_var": fig.add_bar(x=features, marker_color=color(1), showlegend=False, row=1, col=2).data[-1],
+        "padded_var": fig.add_bar(x=features, marker=_PADDED_BARS, showlegend=False, row=1, col=2).data[-1],
     }
     lines = {  # key of per_position_stats -> its line
         "pad_share": fig.add_scatter(mode="lines", name="share of padding at position t", line=dict(color=color(3)),
                                      row=1, col=3).data[-1],
-        "mean_error": fig.add_scatter(mode="lines", name="|error of the mean| at position t",
-                                      line=dict(color=color(2)), row=1, col=3).data[-1],
+        "mean_error": fig.add_scatter(mode="lines", name="|error of the mean| at position t (mean over features)",
+                                      line=dict(color=color(2), dash="dash"), row=1, col=3).data[-1],
     }
     fig.update_xaxes(title_text="feature k", row=1, col=1)
     fig.update_xaxes(title_text="feature k", row=1, col=2)
     fig.update_xaxes(title_text="position t (token index)", row=1, col=3)
     fig.update_yaxes(title_text="mean", row=1, col=1)
     fig.update_yaxes(title_text="variance", row=1, col=2)
-    fig.update_yaxes(title_text="share / error (mean over features)", row=1, col=3)
+    fig.update_yaxes(title_text="share, |error|", row=1, col=3)
     readout = widgets.HTML()
     controls = {
         "padding_share": widgets.FloatSlider(value=0.5, min=0.0, max=0.95, step=0.05, description="padding share",
@@ -229,24 +236,26 @@ def padding_panel() -> Panel:
 @register_panel()
 def coupling_panel() -> Panel:
     """Extra padding and the batch mates' shift -> how much one unchanged sentence's normalized output moves."""
-    fig = _subplots(("largest change of the sentence's output", "feature 0 of the sentence, token by token"),
-                    "The same sentence in a different batch", height=470, margin=dict(b=90), legend=dict(y=-0.3))
+    fig = _subplots(("largest change of its output", "feature 0, token by token"),
+                    "The same sentence in a different batch", height=430, margin=dict(b=110),
+                    legend=dict(traceorder="normal"))  # one flowing strip, not one block per legend group
     labels = list(SHORT_NAMES)
     change_bars = {  # key of coupling_batches -> the bars of the largest change it causes
         "more_padding": fig.add_bar(x=labels, name="more padding only", marker_color=color(4),
                                     texttemplate="%{y:.2g}", textposition="outside", row=1, col=1).data[-1],
-        "other_mates": fig.add_bar(x=labels, name="batch mates from another domain", marker_color=color(5),
+        "other_mates": fig.add_bar(x=labels, name="batch mates from another domain",
+                                   marker=dict(color=color(5), pattern_shape="/"),
                                    texttemplate="%{y:.2g}", textposition="outside", row=1, col=1).data[-1],
     }
     tokens = list(range(SENTENCE_LEN))
     sentence_lines = []  # per norm in COMPARED_NORMS: the (reference batch, changed batch) traces
     for j, label in enumerate(labels):
-        line = dict(color=color((1, 0, 2)[j]), width=2)
+        line, dots = dict(color=color((1, 0, 2)[j]), width=2), dict(symbol=marker(j), size=7)
         sentence_lines.append((
-            fig.add_scatter(x=tokens, mode="lines", name=f"{label}: reference batch", line=line, legendgroup=label,
-                            row=1, col=2).data[-1],
-            fig.add_scatter(x=tokens, mode="lines", name=f"{label}: changed batch", line={**line, "dash": "dot"},
-                            legendgroup=label, row=1, col=2).data[-1]))
+            fig.add_scatter(x=tokens, mode="lines+markers", name=f"{label}: reference", line=line,
+                            marker=dots, legendgroup=label, row=1, col=2).data[-1],
+            fig.add_scatter(x=tokens, mode="lines+markers", name=f"{label}: changed",
+                            line={**line, "dash": "dot"}, marker=dots, legendgroup=label, row=1, col=2).data[-1]))
     fig.update_xaxes(title_text="normalization", row=1, col=1)
     fig.update_yaxes(title_text="max |output change|", row=1, col=1)
     fig.update_xaxes(title_text="token of the sentence", row=1, col=2)
@@ -260,7 +269,7 @@ def coupling_panel() -> Panel:
         "mate_shift": widgets.FloatSlider(value=1.0, min=-4.0, max=4.0, step=0.5, description="mates' shift",
                                           style={"description_width": "initial"}),
         "change": widgets.ToggleButtons(options=["more padding", "other batch mates"], value="more padding",
-                                        description="plot"),
+                                        description="plot", layout=widgets.Layout(width="auto")),
     }
 
     def update(padding_share, mate_shift, change):
@@ -286,9 +295,9 @@ def coupling_panel() -> Panel:
                 bar.y = changes[key]
         share = 1 - n_real / (8 * padded_len)
         readout.value = ("Largest change of the sentence's output with more padding (share " + f"{share:.0%}" + "): "
-                         + ", ".join(f"{k} <b>{v:.3g}</b>" for k, v in zip(COMPARED_NORMS, changes["more_padding"]))
+                         + ", ".join(f"{k} <b>{v:.3g}</b>" for k, v in zip(SHORT_NAMES, changes["more_padding"]))
                          + f"<br>With batch mates shifted by {mate_shift:+.1f}: "
-                         + ", ".join(f"{k} <b>{v:.3g}</b>" for k, v in zip(COMPARED_NORMS, changes["other_mates"])))
+                         + ", ".join(f"{k} <b>{v:.3g}</b>" for k, v in zip(SHORT_NAMES, changes["other_mates"])))
 
     return Panel(controls, [readout, fig], update, title="One sentence, different batch mates")
 
@@ -309,7 +318,8 @@ def running_stats_figure(current_mean: Tensor, running: dict[str, Tensor]) -> go
     features = list(range(len(current_mean)))
     fig.add_bar(x=features, y=current_mean.tolist(), name="current true mean (real tokens)", marker_color=color(0))
     for j, (name, values) in enumerate(running.items()):
-        fig.add_bar(x=features, y=values.tolist(), name=name, marker_color=color(j + 1))
+        fig.add_bar(x=features, y=values.tolist(), name=name,
+                    marker=dict(color=color(j + 1), pattern_shape=_PATTERNS[j % len(_PATTERNS)]))
     fig.update_layout(barmode="group")
     return fig
 
@@ -426,7 +436,7 @@ def generation_prefix_figure(prefix: dict[str, list[float]]) -> go.Figure:
                         height=380)
     for j, (kind, diffs) in enumerate(prefix.items()):
         fig.add_scatter(x=list(range(1, len(diffs) + 1)), y=diffs, mode="lines+markers", name=kind,
-                        line=dict(color=color(j), dash=("solid", "dash", "dot", "dashdot")[j % 4]))
+                        line=dict(color=color(j), dash=dash(j)), marker=dict(symbol=marker(j), size=8))
     return fig
 
 

@@ -17,19 +17,19 @@ import torch
 from torch import Tensor
 
 from ..evidence import Outcome, Setting, claim_experiment
-from ..figures import LiveFigure, color, live_subplots, static_figure, static_subplots
-from ..panel import Panel, parse_features, register_panel
+from ..figures import color, dash, live_figure, live_subplots, marker, static_figure, static_subplots
+from ..panel import Panel, choice, parse_features, register_panel
 
 __all__ = ["FORMULAS", "token_panel", "pitfall_figure", "invariance_figure", "sphere_panel", "chapter_statistics",
            "compare_with_pytorch", "pitfall_errors", "invariance_gaps", "scale_gaps", "batch_independence",
            "pitfall_verdict", "varied_tokens", "sphere_and_plane", "random_token", "jacobian_check", "jacobian_verdict",
            "gradient_by_scale", "tenfold_steps", "undo_with_gamma_beta", "two_tokens", "DS", "SPREADS", "SCALES"]
 
-# value -> label of the formula dropdown; "correct" is what torch.nn.LayerNorm computes.
+# value -> (button label, its tooltip) of the formula buttons; "correct" is what torch.nn.LayerNorm computes.
 FORMULAS = {
-    "correct": "correct: σ² divides by d, ε under the root",
-    "unbiased": "pitfall: unbiased σ² (÷ d − 1, torch.var's default)",
-    "eps_on_std": "pitfall: ε added to σ, not to σ²",
+    "correct": ("correct", "correct: σ² divides by d, ε under the root"),
+    "unbiased": ("pitfall: unbiased σ²", "pitfall: unbiased σ² (÷ d − 1, torch.var's default)"),
+    "eps_on_std": ("pitfall: ε on σ", "pitfall: ε added to σ, not to σ²"),
 }
 
 
@@ -54,9 +54,8 @@ def _token_stats(x: Tensor, eps: float, formula: str) -> dict[str, float]:
 
 def _bars_figure() -> tuple[go.FigureWidget, dict]:
     """token_panel's three panels, and their traces by what they show."""
-    fig = live_subplots(1, 3, "One token through LayerNorm", height=380, margin=dict(l=50, b=60),
-                        horizontal_spacing=0.07,
-                        subplot_titles=("input a·x + b, with μ and μ ± σ", "normalized x̂", "output γ·x̂ + β"))
+    fig = live_subplots(1, 3, "One token through LayerNorm", height=350, horizontal_spacing=0.06,
+                        subplot_titles=("input a·x + b", "normalized x̂", "output γ·x̂ + β"))
     traces = {
         "input": fig.add_bar(name="input features", marker_color=color(0), row=1, col=1).data[-1],
         "mean": fig.add_scatter(name="mean μ", mode="lines", line=dict(color=color(7), width=2),
@@ -72,8 +71,9 @@ def _bars_figure() -> tuple[go.FigureWidget, dict]:
     fig.update_layout(bargap=0.25)
     for col in (1, 2, 3):
         fig.update_xaxes(title_text="feature k", dtick=1, row=1, col=col)
-    for col, label in ((1, "input value (unitless)"), (2, "x̂ (unitless)"), (3, "output value (unitless)")):
-        fig.update_yaxes(title_text=label, row=1, col=col)
+    # Only the first plot has a y-axis title: the subplot titles say what the other two show, and a title squeezed
+    # between two plots would sit on the tick labels of its neighbour.
+    fig.update_yaxes(title_text="value (unitless)", row=1, col=1)
     return fig, traces
 
 
@@ -86,9 +86,14 @@ def token_panel(layer_norm: Normalize, layer_norm_unbiased: Normalize, layer_nor
     readout = widgets.HTML()
     shown: dict = {}  # what the figure shows now: its d and axis ranges
     slider = dict(continuous_update=True, style={"description_width": "initial"})
+    # Two controls a row (a slider with its full label takes a third of a laptop's column): the formula's buttons
+    # beside the features, then the sliders in pairs.
     controls = {
         "features": widgets.Text(value="1, 2, 3, 4", description="features x =", continuous_update=True,
                                  style={"description_width": "initial"}),
+        "formula": choice([(label, key) for key, (label, _) in FORMULAS.items()], value="correct",
+                          description="formula", tooltips=[tip for _, tip in FORMULAS.values()],
+                          layout=widgets.Layout(width="auto")),  # its buttons on one line beside the features
         "scale": widgets.FloatSlider(value=1.0, min=-3.0, max=3.0, step=0.1, description="scale a", **slider),
         "shift": widgets.FloatSlider(value=0.0, min=-10.0, max=10.0, step=0.5, description="shift b", **slider),
         "gamma": widgets.FloatSlider(value=1.0, min=-2.0, max=2.0, step=0.1, description="γ (every feature)",
@@ -96,8 +101,6 @@ def token_panel(layer_norm: Normalize, layer_norm_unbiased: Normalize, layer_nor
         "beta": widgets.FloatSlider(value=0.0, min=-2.0, max=2.0, step=0.1, description="β (every feature)", **slider),
         "eps": widgets.FloatLogSlider(value=1e-5, base=10, min=-8, max=0, step=0.5, description="ε",
                                       readout_format=".0e", **slider),
-        "formula": widgets.Dropdown(options=[(label, key) for key, label in FORMULAS.items()], value="correct",
-                                    description="formula", layout=widgets.Layout(width="420px")),
     }
 
     def update(features: str, scale: float, shift: float, gamma: float, beta: float, eps: float,
@@ -150,7 +153,7 @@ def token_panel(layer_norm: Normalize, layer_norm_unbiased: Normalize, layer_nor
                          f"{stats['denominator_label']} = {stats['denominator']:.4g} &nbsp;|&nbsp; output {verdict}"
                          + "".join(f"<br><i>{n}</i>" for n in notes))
 
-    return Panel(controls, [readout, fig], update, title="Edit one token and watch LayerNorm's steps")
+    return Panel(controls, [readout, fig], update, title="Edit one token and watch LayerNorm's steps", columns=2)
 
 
 def pitfall_figure(ds: list[int], unbiased_error: list[float], eps_error: list[float], scales: list[float],
@@ -158,17 +161,17 @@ def pitfall_figure(ds: list[int], unbiased_error: list[float], eps_error: list[f
     """Two log-log panels: each pitfall's largest error against d (inputs of unit spread), and against the input's
     spread (at a fixed d)."""
     fig = static_subplots(1, 2, "How far each pitfall drifts from F.layer_norm (largest |difference| over 256 tokens)",
-                          height=400, margin=dict(b=60), horizontal_spacing=0.12,
+                          height=400, horizontal_spacing=0.12,
                           subplot_titles=("error against the width d (features ~ N(0, 1))",
                                           "error against the input's spread (d fixed)"))
-    fig.add_scatter(x=ds, y=unbiased_error, name="unbiased variance (÷ d − 1)", mode="lines+markers",
-                    line=dict(color=color(1)), row=1, col=1)
-    fig.add_scatter(x=ds, y=eps_error, name="ε added to σ", mode="lines+markers", line=dict(color=color(0)),
-                    row=1, col=1)
-    fig.add_scatter(x=scales, y=unbiased_error_by_scale, name="unbiased variance (÷ d − 1)", mode="lines+markers",
-                    line=dict(color=color(1)), showlegend=False, row=1, col=2)
-    fig.add_scatter(x=scales, y=eps_error_by_scale, name="ε added to σ", mode="lines+markers",
-                    line=dict(color=color(0)), showlegend=False, row=1, col=2)
+    # Each pitfall keeps its colour, dash and marker in both plots; the legend names them once.
+    styles = {"unbiased variance (÷ d − 1)": 1, "ε added to σ": 0}
+    for col, (x, errors) in enumerate(((ds, (unbiased_error, eps_error)),
+                                       (scales, (unbiased_error_by_scale, eps_error_by_scale))), start=1):
+        for (name, i), y in zip(styles.items(), errors):
+            fig.add_scatter(x=x, y=y, name=name, mode="lines+markers", showlegend=col == 1,
+                            line=dict(color=color(i), dash=dash(i)), marker=dict(symbol=marker(i), size=8),
+                            row=1, col=col)
     fig.update_xaxes(type="log", title_text="width d (features per token)", row=1, col=1)
     fig.update_xaxes(type="log", title_text="standard deviation of the input's features", row=1, col=2)
     fig.update_yaxes(type="log", title_text="largest |error| in x̂", row=1, col=1)
@@ -482,30 +485,33 @@ def sphere_panel(layer_norm: Normalize) -> Panel:
     angles = torch.linspace(0, 2 * math.pi, 121, dtype=torch.float64)
     circle = radius * (torch.cos(angles)[:, None] * u + torch.sin(angles)[:, None] * v)
     corners = [s * 6.0 * u + t * 6.0 * v for s, t in ((-1, -1), (1, -1), (1, 1), (-1, 1))]
-    fig = LiveFigure()
-    fig.update_layout(title="LayerNorm for d = 3: remove the mean (along 1), then rescale onto the circle of radius √3",
-                      height=560, template="plotly_white", margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h", y=-0.02),
-                      scene=dict(xaxis=dict(title="feature 1", range=[-reach, reach]),
+    # The course look (fonts, the legend's strip), a 3-D scene in place of the flat axes; the panel sets the
+    # controls beside the scene, so the sliders and the point they move share one laptop screen.
+    fig = live_figure("d = 3: LN(x) lands on the circle of radius √3", "", "", height=500,
+                      margin=dict(l=10, r=10, t=50))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(scene=dict(xaxis=dict(title="feature 1", range=[-reach, reach]),
                                  yaxis=dict(title="feature 2", range=[-reach, reach]),
                                  zaxis=dict(title="feature 3", range=[-reach, reach]), aspectmode="cube",
-                                 camera=dict(eye=dict(x=1.5, y=1.5, z=0.9))))
+                                 camera=dict(eye=dict(x=1.5, y=1.5, z=0.7), center=dict(x=0, y=0, z=-0.1))))
+    fig.update_scenes(xaxis_dtick=3, yaxis_dtick=3, zaxis_dtick=3)
     fig.add_mesh3d(x=[c[0].item() for c in corners], y=[c[1].item() for c in corners],
                    z=[c[2].item() for c in corners], i=[0, 0], j=[1, 2], k=[2, 3], opacity=0.15, color=color(5),
                    name="plane x₁ + x₂ + x₃ = 0", showlegend=True, hoverinfo="skip")
     fig.add_scatter3d(x=circle[:, 0].tolist(), y=circle[:, 1].tolist(), z=circle[:, 2].tolist(), mode="lines",
-                      line=dict(color=color(7), width=4), name="circle of radius √3 in the plane")
+                      line=dict(color=color(7), width=4), name="circle of radius √3")
     fig.add_scatter3d(x=[-reach, reach], y=[-reach, reach], z=[-reach, reach], mode="lines",
                       line=dict(color=color(7), width=2, dash="dash"), name="direction 1 = (1, 1, 1)")
     fig.add_scatter3d(x=cloud[:, 0].tolist(), y=cloud[:, 1].tolist(), z=cloud[:, 2].tolist(), mode="markers",
-                      marker=dict(size=2, color="#999999"), name="LN of 200 random tokens")
+                      marker=dict(size=2, color="#999999"), name="LN of 200 tokens")
     traces = {
         "path": fig.add_scatter3d(mode="lines", line=dict(color=color(2), width=5),
                                   name="x → x − μ1 → LN(x)").data[-1],
         "x": fig.add_scatter3d(mode="markers", marker=dict(size=6, color=color(0)), name="token a·x + b").data[-1],
         "projected": fig.add_scatter3d(mode="markers", marker=dict(size=5, color=color(2), symbol="diamond"),
                                        name="x − μ1 (on the plane)").data[-1],
-        "output": fig.add_scatter3d(mode="markers", marker=dict(size=7, color=color(1)),
+        "output": fig.add_scatter3d(mode="markers", marker=dict(size=7, color=color(1), symbol="square"),
                                     name="LN(x) (on the circle)").data[-1],
     }
     readout = widgets.HTML()
@@ -538,7 +544,7 @@ def sphere_panel(layer_norm: Normalize) -> Panel:
                          f"&nbsp; LN(x)·1 = {y.sum().item():.1e}" + note)
 
     return Panel(controls, [readout, fig], update, title="Move one 3-feature token: the shift moves it along 1, the "
-                                                         "scale along its ray; LN(x) stays put")
+                                                         "scale along its ray; LN(x) stays put", layout="side")
 
 
 # ---- gradients through LayerNorm (C63, C64) -------------------------------------------------------------------------

@@ -17,9 +17,9 @@ import plotly.graph_objects as go
 import torch
 
 from ..evidence import Outcome, Setting, claim_experiment, load_report
-from ..figures import color, live_figure, static_figure
+from ..figures import color, dash, live_figure, marker, static_figure
 from ..norms import positive_number
-from ..panel import Panel, TrainingDemo, register_panel
+from ..panel import Panel, TrainingDemo, choice, register_panel
 from ..synthetic import copy_task_batch
 from ..training import History, masked_loss_and_accuracy, seconds_per_step, train_copy_task
 from ..transformer import TinyLM, TransformerBlock
@@ -28,8 +28,8 @@ __all__ = ["MODEL", "TASK", "POS_STD", "INIT_DEPTHS", "DEEPNORM_KINDS", "deepnor
            "relative_updates", "init_measurements", "quarters", "gradient_profile", "stream_growth",
            "jacobian_profile", "final_norm_readout", "token_spread", "spread_profile", "spread_figure",
            "init_panel", "placement_diagram", "RunConfig", "RACE", "NO_FINAL_NORM", "DEPTH_RACE", "DEEPNORM",
-           "RADAM_RACE", "verdict", "RaceResult", "race_figure", "run_race", "train_config", "RacePanel", "race_panel",
-           "report_details", "first_step", "steps_to_learn", "race_reach", "readout_logit_rms",
+           "RADAM_RACE", "RACE_STYLE", "line_style", "verdict", "run_verdict", "RaceResult", "race_figure", "run_race",
+           "train_config", "step_cost", "race_seconds", "RacePanel", "race_panel", "report_details", "first_step", "steps_to_learn", "race_reach", "readout_logit_rms",
            "unexplained_share", "jacobian_at_scale"]
 
 MODEL = dict(d_model=64, n_heads=4)
@@ -38,7 +38,7 @@ TASK = dict(n_tokens=8, vocab_size=16)
 # start, with N(0, 1) a few dozen, which is what lets the race run in seconds.
 POS_STD = 1.0
 INIT_DEPTHS = (3, 6, 12, 24)
-PLACEMENT_COLOR = {"Post-LN": color(1), "Pre-LN": color(0)}
+PLACEMENT_STYLE = {"Post-LN": 1, "Pre-LN": 0}  # index of the colour, dash and marker (figures.color/dash/marker)
 RACE_DEFAULTS = dict(n_layers=4, lr=1e-2, warmup=50, steps=100, seeds=3)
 
 
@@ -178,23 +178,31 @@ def spread_figure(profiles: dict[str, list[float]]) -> go.Figure:
     for i, (label, values) in enumerate(profiles.items()):
         names = [str(k) for k in range(len(values) - 1)] + ["logits"]
         fig.add_scatter(x=names, y=[max(v, 1e-12) for v in values], mode="lines+markers", name=label,
-                        line=dict(color=RACE_COLOR.get(label.split(" (seed")[0], color(i + 2))))
+                        **race_style(label.split(" (seed")[0], i + 2))
     fig.update_yaxes(type="log")
     return fig
 
 
-_INIT_PLOTS = (("grad", "Gradient norm of the FFN weights at initialization", "layer l (1 = nearest the input)",
-                "|dLoss/dW|, Frobenius norm"),
-               ("rms", "Size of the residual stream", "after block l (0 = embeddings)", "RMS of x_l = |x_l| / sqrt(d)"),
-               ("update", "How much each block changes the stream", "block l",
-                "|x_l - x_(l-1)| / |x_(l-1)|, mean over tokens"))
+# What the init panel's figure can show, by the label of its button: (measurement key, x-axis title, y-axis title,
+# first x); "grad" reads the FFN weight the other control picks.
+_INIT_VIEWS = {"FFN gradient": ("grad", "layer l (1 = nearest the input)", "|dLoss/dW|, Frobenius norm", 1),
+               "stream size": ("rms", "after block l (0 = embeddings)", "RMS of x_l = |x_l| / sqrt(d)", 0),
+               "update per block": ("update", "block l", "|x_l - x_(l-1)| / |x_(l-1)|, mean over tokens", 1)}
+_WEIGHTS = {"W2 (linear2)": "W2", "W1 (linear1)": "W1"}
+
+
+def _init_title(view: str, key: str, depth: int, inits: int) -> str:
+    what = {"grad": f"Gradient norm of each layer's FFN {key} at initialization", "rms": "Size of the residual stream",
+            "update": "How much each block changes the stream"}[_INIT_VIEWS[view][0]]
+    return f"{what}, depth {depth} (mean of {inits} inits)"
 
 
 @register_panel()
 def init_panel(measure_at_init: Callable[[int, str, int], dict], depths: Sequence[int] = INIT_DEPTHS,
                inits: int = 3) -> Panel:
-    """Depth slider -> three live figures (FFN gradient norms, stream size, relative update per layer), Post-LN
-    against Pre-LN, averaged over `inits` initializations. Everything is measured here, when the panel is built, by
+    """Depth slider and a choice of measurement -> one live figure (FFN gradient norms, stream size, or relative
+    update per layer), Post-LN against Pre-LN, averaged over `inits` initializations. One figure at a time keeps the
+    controls and the plot they move on one laptop screen. Everything is measured here, when the panel is built, by
     notebook 04's measure_at_init(n_layers, placement, seed), so moving a control only redraws. The measurements
     are kept as `panel.data[(depth, placement)]`."""
     data = init_measurements(measure_at_init, depths, inits)
@@ -202,49 +210,46 @@ def init_panel(measure_at_init: Callable[[int, str, int], dict], depths: Sequenc
     for depth in depths:
         squared = data[depth, "pre"]["rms"].mean(0) ** 2
         fits[depth] = np.polyfit(np.arange(len(squared)), squared, 1)
-    figures = {key: live_figure(title, x, y, height=340, width=None if key == "grad" else 480)
-               for key, title, x, y in _INIT_PLOTS}
-    for key in ("rms", "update"):  # narrow figures: keep the toolbar off the title
-        figures[key].update_layout(modebar=dict(orientation="v"))
-    lines = {(plot, placement): fig.add_scatter(x=[], y=[], mode="lines+markers", name=name,
-                                                line=dict(color=PLACEMENT_COLOR[name])).data[-1]
-             for plot, fig in figures.items() for placement, name in (("post", "Post-LN"), ("pre", "Pre-LN"))}
-    fit_trace = figures["rms"].add_scatter(x=[], y=[], mode="lines", name="fit to Pre-LN",
-                                           line=dict(color=color(7), dash="dot")).data[-1]
+    figure = live_figure("", "", "", height=440)
+    lines = {placement: figure.add_scatter(x=[], y=[], mode="lines+markers", name=name,
+                                           **placement_style(name)).data[-1]
+             for placement, name in (("post", "Post-LN"), ("pre", "Pre-LN"))}
+    fit_trace = figure.add_scatter(x=[], y=[], mode="lines", name="fit to Pre-LN",
+                                   line=dict(color=color(7), dash="dot")).data[-1]
 
-    def update(depth: int, weight: str, spread: bool) -> None:
+    def update(depth: int, show: str, weight: str, spread: bool) -> None:
         if (depth, "post") not in data:
             raise ValueError(f"depth {depth} was not measured; pick one of {sorted({d for d, _ in data})}")
-        key = {"W1 (linear1)": "W1", "W2 (linear2)": "W2"}.get(weight, weight)
-        if key not in ("W1", "W2"):
-            raise ValueError(f"weight must be 'W1 (linear1)' or 'W2 (linear2)', got {weight!r}")
-        for plot, fig in figures.items():
-            with fig.batch_update():
-                for placement in ("post", "pre"):
-                    trace = lines[plot, placement]
-                    values = data[depth, placement][key if plot == "grad" else plot]
-                    start = 0 if plot == "rms" else 1
-                    trace.x = list(range(start, start + values.shape[1]))
-                    trace.y = values.mean(0).tolist()
-                    trace.error_y = (dict(type="data", array=values.std(0).tolist(), visible=True) if spread
-                                     else dict(visible=False))
-                if plot == "grad":
-                    fig.layout.title.text = (f"Gradient norm of each layer's FFN {key} at initialization, depth "
-                                             f"{depth} (mean of {inits} inits)")
-                if plot == "rms":
-                    slope, intercept = fits[depth]
-                    layers = np.arange(depth + 1)
-                    fit_trace.x = layers.tolist()
-                    fit_trace.y = np.sqrt(np.maximum(intercept + slope * layers, 0)).tolist()
-                    fit_trace.name = f"sqrt({intercept:.2f} + {slope:.2f}·l), fit to Pre-LN"
+        if weight not in _WEIGHTS:
+            raise ValueError(f"weight must be one of {list(_WEIGHTS)}, got {weight!r}")
+        if show not in _INIT_VIEWS:
+            raise ValueError(f"show must be one of {list(_INIT_VIEWS)}, got {show!r}")
+        plot, xaxis, yaxis, start = _INIT_VIEWS[show]
+        key = _WEIGHTS[weight] if plot == "grad" else plot
+        controls["weight"].disabled = plot != "grad"  # the weight only picks between gradients
+        with figure.batch_update():
+            for placement, trace in lines.items():
+                values = data[depth, placement][key]
+                trace.x = list(range(start, start + values.shape[1]))
+                trace.y = values.mean(0).tolist()
+                trace.error_y = (dict(type="data", array=values.std(0).tolist(), visible=True) if spread
+                                 else dict(visible=False))
+            slope, intercept = fits[depth]
+            layers = np.arange(depth + 1)
+            fit_trace.visible = plot == "rms"
+            fit_trace.x = layers.tolist()
+            fit_trace.y = np.sqrt(np.maximum(intercept + slope * layers, 0)).tolist()
+            fit_trace.name = f"sqrt({intercept:.2f} + {slope:.2f}·l), fit to Pre-LN"
+            figure.layout.title.text = _init_title(show, _WEIGHTS[weight], depth, inits)
+            figure.layout.xaxis.title.text, figure.layout.yaxis.title.text = xaxis, yaxis
 
     controls = {"depth": widgets.SelectionSlider(options=list(depths), value=depths[len(depths) // 2],
                                                  description="depth L"),
-                "weight": widgets.ToggleButtons(options=["W2 (linear2)", "W1 (linear1)"], description="FFN weight"),
+                "show": choice(list(_INIT_VIEWS), description="show"),
+                "weight": choice(list(_WEIGHTS), description="FFN weight"),
                 "spread": widgets.Checkbox(value=False, description="show spread over inits (±1 std)")}
-    outputs = [figures["grad"], widgets.HBox([figures["rms"], figures["update"]])]
-    panel = Panel(controls, outputs, update, title="Post-LN vs Pre-LN at initialization")
-    panel.data, panel.figures = data, figures
+    panel = Panel(controls, [figure], update, title="Post-LN vs Pre-LN at initialization", columns=2)
+    panel.data, panel.figure = data, figure
     return panel
 
 
@@ -340,9 +345,29 @@ DEEPNORM = (RunConfig("Post-LN, DeepNorm (α and β)", "post", deepnorm="both"),
             RunConfig("Post-LN, α only", "post", deepnorm="alpha"),
             RunConfig("Post-LN, β only", "post", deepnorm="beta"))
 RADAM_RACE = (RACE[0], RunConfig("Post-LN, RAdam, no warmup", "post", optimizer="radam"))  # warmup's third account
-RACE_COLOR = {"Post-LN, no warmup": color(1), "Post-LN + warmup": color(3), "Pre-LN, no warmup": color(0),
-              "Pre-LN, no final norm": color(2), "Post-LN, DeepNorm (α and β)": color(2),
-              "Post-LN, α only": color(5), "Post-LN, β only": color(6), "Post-LN, RAdam, no warmup": color(4)}
+# Each configuration's colour, dash and marker (one index into figures.color/dash/marker), the same in every figure;
+# configurations that share an index never race each other.
+RACE_STYLE = {"Post-LN, no warmup": 1, "Post-LN + warmup": 3, "Pre-LN, no warmup": 0, "Pre-LN, no final norm": 2,
+              "Post-LN, DeepNorm (α and β)": 2, "Post-LN, α only": 5, "Post-LN, β only": 6,
+              "Post-LN, RAdam, no warmup": 4}
+
+
+def line_style(i: int, width: float = 2.5, markers: int = 12) -> dict:
+    """Scatter keywords for the i-th condition: colour, dash and marker together, so conditions differ by more than
+    colour (on a projector, under colour-vision deficiencies); at most `markers` markers per line, so a long curve
+    keeps a readable line."""
+    return dict(line=dict(color=color(i), dash=dash(i), width=width),
+                marker=dict(symbol=marker(i), size=8, maxdisplayed=markers))
+
+
+def placement_style(name: str) -> dict:
+    """line_style of "Post-LN" or "Pre-LN"."""
+    return line_style(PLACEMENT_STYLE[name])
+
+
+def race_style(label: str, fallback: int) -> dict:
+    """line_style of a race configuration (RACE_STYLE; `fallback` for a label it does not know)."""
+    return line_style(RACE_STYLE.get(label, fallback), width=2)
 
 
 def verdict(history: History, vocab_size: int = TASK["vocab_size"]) -> str:
@@ -355,39 +380,66 @@ def verdict(history: History, vocab_size: int = TASK["vocab_size"]) -> str:
     return "partial"
 
 
+VERDICT_WINDOW = 20  # verdict() judges the mean of the last 20 steps (History.final)
+
+
+def run_verdict(history: History, steps: int, warmup: int = 0) -> str:
+    """verdict() of a run that went the whole way; a stopped run is not judged as if it had: stopped inside its
+    warmup (warmup: the run's warmup length, 0 if it takes none) or before VERDICT_WINDOW steps it is too early to
+    judge, and otherwise it is judged only if it has already learned."""
+    if not history.stopped:
+        return verdict(history)
+    done = len(history.loss)
+    if done < warmup:
+        return f"stopped during warmup at step {done} of {warmup}: too early to judge"
+    if done >= VERDICT_WINDOW and verdict(history) == "learned":
+        return f"learned by step {done} of {steps}, then stopped"
+    return f"stopped at step {done} of {steps}: too early to judge"
+
+
 @dataclass(repr=False)
 class RaceResult:
-    """Histories and trained models of a race, by config label, one entry per seed."""
+    """Histories and trained models of a race, by config label, one entry per seed; `warmed` holds the labels of the
+    configs that take the warmup."""
     settings: dict
     histories: dict[str, list[History]] = field(default_factory=dict)
     models: dict[str, list[TinyLM]] = field(default_factory=dict)
     stopped: bool = False
+    warmed: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
-        runs = "; ".join(f"{label}: {', '.join(verdict(h) for h in hs)}" for label, hs in self.histories.items())
+        runs = "; ".join(f"{label}: {', '.join(self.run_verdicts(label))}" for label in self.histories)
         return f"RaceResult({self.settings}{', stopped' if self.stopped else ''}; {runs})"
 
     def verdicts(self) -> dict[str, list[str]]:
         """verdict() of every finished run, by label."""
         return {label: [verdict(h) for h in hs if not h.stopped] for label, hs in self.histories.items()}
 
+    def run_verdicts(self, label: str) -> list[str]:
+        """run_verdict() of every run of one config, stopped ones included (what the panel's summary shows)."""
+        warmup = self.settings["warmup"] if label in self.warmed else 0
+        return [run_verdict(h, self.settings["steps"], warmup) for h in self.histories[label]]
+
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><td>{html.escape(label)}</td>"
-            + "".join(f"<td>{h.final('loss'):.3f} / {h.final('accuracy'):.2f} ({verdict(h)}"
-                      f"{', stopped' if h.stopped else ''})</td>" for h in hs) + "</tr>"
-            for label, hs in self.histories.items())
+        def cell(h: History, judged: str) -> str:
+            values = f"{h.final('loss'):.3f} / {h.final('accuracy'):.2f}" if h.loss else "no step yet"
+            return f"<td>{values} ({html.escape(judged)})</td>"
+
+        rows = "".join(f"<tr><td>{html.escape(label)}</td>"
+                       + "".join(cell(h, v) for h, v in zip(hs, self.run_verdicts(label))) + "</tr>"
+                       for label, hs in self.histories.items())
         seeds = max((len(hs) for hs in self.histories.values()), default=0)
         head = "".join(f"<th>seed {s}: loss / accuracy</th>" for s in range(seeds))
-        note = "<p><i>Stopped before the end.</i></p>" if self.stopped else ""
+        note = ("<p><i>Stopped before the end: a stopped run is judged only if it has already learned.</i></p>"
+                if self.stopped else "")
         return (f"<table><tr><th>configuration</th>{head}</tr>{rows}</table>"
-                f"<p>Final values are means over the last 20 steps; chance loss is "
+                f"<p>Final values are means over the last {VERDICT_WINDOW} steps; chance loss is "
                 f"ln({TASK['vocab_size'] - 1}) = {math.log(TASK['vocab_size'] - 1):.2f}.</p>{note}")
 
 
 def race_figure(configs: Sequence[RunConfig] = RACE, seeds: int = 3, steps: int = 150) -> go.FigureWidget:
     """An empty live loss figure: one line per (config, seed), one colour per config, the chance level dotted."""
-    fig = live_figure("Training loss on the copy task, live", "step", "loss (cross-entropy, nats)", height=380)
+    fig = live_figure("Training loss on the copy task, live", "step", "loss (cross-entropy, nats)", height=350)
     _reset_race_figure(fig, configs, seeds, steps)
     return fig
 
@@ -402,8 +454,8 @@ def _reset_race_figure(fig: go.FigureWidget, configs: Sequence[RunConfig], seeds
         for i, cfg in enumerate(configs):
             for s in range(seeds):
                 traces[cfg.label, s] = fig.add_scatter(
-                    x=[], y=[], mode="lines", name=cfg.label, legendgroup=cfg.label, showlegend=s == 0,
-                    line=dict(color=RACE_COLOR.get(cfg.label, color(i + 2)), width=1.6),
+                    x=[], y=[], mode="lines+markers", name=cfg.label, legendgroup=cfg.label, showlegend=s == 0,
+                    **race_style(cfg.label, i + 2),
                     hovertemplate=f"{cfg.label}, seed {s}<br>step %{{x}}: loss %{{y:.3f}}<extra></extra>").data[-1]
         fig.add_scatter(x=[0, steps], y=[chance, chance], mode="lines", name=f"chance, ln {TASK['vocab_size'] - 1}",
                         line=dict(color=color(7), dash="dot", width=1))
@@ -421,7 +473,7 @@ def run_race(n_layers: int, lr: float, warmup: int, steps: int, seeds: int, *,
     if not 0 <= warmup < steps:
         raise ValueError(f"the warmup ({warmup} steps) must be shorter than the run ({steps} steps)")
     settings = dict(n_layers=n_layers, lr=lr, warmup=warmup, steps=steps, seeds=seeds)
-    result = RaceResult(settings)
+    result = RaceResult(settings, warmed=frozenset(c.label for c in configs if c.warmup))
     traces = _reset_race_figure(figure, configs, seeds, steps) if figure is not None else {}
     total, done = len(configs) * seeds * steps, 0
     for cfg in configs:
@@ -466,11 +518,26 @@ def train_config(cfg: RunConfig, n_layers: int, seed: int, lr: float, warmup: in
     return history, model
 
 
+_TIMED_DEPTHS = (1, 4)
+_TIMED_STEPS = 9  # the median of 9 step times: the first steps of a fresh model and optimizer are slower
+
+
 @functools.lru_cache(maxsize=1)
-def _layer_step_seconds() -> float:
-    """One training step of one block here, measured once per kernel: a 2-block model's step costs 3 such units (2
-    blocks, and the embeddings with the head)."""
-    return seconds_per_step(build_model(2, "pre", seed=0), batch_size=32, **TASK) / 3
+def step_cost() -> tuple[float, float]:
+    """(fixed, per_block) seconds of one race training step here, a step at depth L costing fixed + per_block * L:
+    measured once per kernel at two depths, each the median of several steps, because a fresh model's first steps
+    (optimizer state, allocator) are slower than the rest and a step's fixed part (data, optimizer loop) does not
+    grow with depth."""
+    (d0, t0), (d1, t1) = ((d, seconds_per_step(build_model(d, "post", seed=0), repeats=_TIMED_STEPS,
+                                               batch_size=32, **TASK)) for d in _TIMED_DEPTHS)
+    per_block = max((t1 - t0) / (d1 - d0), 0.0)
+    return max(t0 - per_block * d0, 0.0), per_block
+
+
+def race_seconds(cost: tuple[float, float], n_layers: int, steps: int, runs: int) -> float:
+    """How long `runs` runs of `steps` steps at depth n_layers take at step_cost() `cost`."""
+    fixed, per_block = cost
+    return runs * steps * (fixed + per_block * n_layers)
 
 
 class RacePanel(TrainingDemo):
@@ -484,7 +551,7 @@ class RacePanel(TrainingDemo):
         d = {**RACE_DEFAULTS, **defaults}
         self.configs = tuple(configs)
         self.figure = race_figure(self.configs, d["seeds"], d["steps"])
-        self._layer_step_s = _layer_step_seconds()
+        self.step_cost = step_cost()  # (fixed, per block) seconds per step; a test may set its own
         controls = {
             "n_layers": widgets.IntSlider(value=d["n_layers"], min=1, max=12, description="depth L"),
             "lr": widgets.FloatLogSlider(value=d["lr"], base=10, min=-4, max=-1.5, step=0.125,
@@ -493,7 +560,7 @@ class RacePanel(TrainingDemo):
             "steps": widgets.IntSlider(value=d["steps"], min=20, max=400, step=10, description="steps"),
             "seeds": widgets.IntSlider(value=d["seeds"], min=1, max=5, description="seeds"),
         }
-        super().__init__(controls, [self.figure], title=title)
+        super().__init__(controls, [self.figure], title=title, layout="side")
         self.button.button_style, self.button.tooltip = "success", "train every configuration with these settings"
 
     def settings(self, n_layers: int, lr: float, warmup: int, steps: int, seeds: int) -> dict:
@@ -510,16 +577,19 @@ class RacePanel(TrainingDemo):
         """What Train will do and about how long it takes."""
         n_layers, lr, warmup, steps, seeds = (settings[k] for k in ("n_layers", "lr", "warmup", "steps", "seeds"))
         runs = len(self.configs) * seeds
-        seconds = runs * steps * (n_layers + 1) * self._layer_step_s
+        seconds = race_seconds(self.step_cost, n_layers, steps, runs)
         uses_warmup = any(c.warmup for c in self.configs)
-        text = (f"<b>Train</b> runs {len(self.configs)} configurations × {seeds} seed(s) = {runs} runs of {steps} "
-                f"steps at depth {n_layers}, learning rate {lr:.1e}"
-                + (f", warmup {warmup} steps (only where the label says so)" if uses_warmup else "")
-                + f": about {seconds:.0f} s on this machine.")
+        def count(n: int, noun: str) -> str:
+            return f"{n} {noun}{'' if n == 1 else 's'}"
+
+        text = (f"<b>Train</b>: {count(len(self.configs), 'configuration')} × {count(seeds, 'seed')} = "
+                f"{count(runs, 'run')} of {steps} steps "
+                f"at depth {n_layers}, lr {lr:.1e}" + (f", warmup {warmup} where a label says so" if uses_warmup else "")
+                + f": about {seconds:.0f} s here.")
         if uses_warmup and warmup == 0:
             text += " With warmup 0, 'Post-LN + warmup' is the same run as 'Post-LN, no warmup'."
         if seconds > 120:
-            text += " That is a long run: the Stop button ends it at any time."
+            text += " A long run: Stop ends it at any time."
         return f"<div>{text}</div>"
 
     def train(self, settings: dict, should_stop, progress) -> RaceResult:

@@ -24,10 +24,10 @@ import torch
 from torch import Tensor
 
 from ..evidence import Outcome, Setting, claim_experiment, run_stamp
-from ..figures import (PALETTE, color, live_figure, live_subplots, log_axis_values, static_figure,
+from ..figures import (PALETTE, color, dash, live_subplots, log_axis_values, marker, static_figure,
                        static_subplots)
 from ..norms import positive_number
-from ..panel import Panel, TrainingDemo, message_html, register_panel
+from ..panel import Panel, TrainingDemo, choice, message_html, register_panel
 from ..resources import course_folder
 from ..synthetic import copy_task_batch
 from ..training import History, masked_loss_and_accuracy, seconds_per_step, train_copy_task, warmup_lr
@@ -118,29 +118,31 @@ def attention_panel(attention_probs: Callable[..., tuple[Tensor, Tensor]], n_tok
     grid = np.logspace(-2, 3, 61)  # the product s_q * s_k, precomputed: moving a slider only marks a point
     plain_curve = [float(row_entropy(attention_probs(s * q0, k0)[0]).mean()) for s in grid]
 
-    heat = live_subplots(1, 2, "Attention weights: each row is one query, its weights over the keys sum to 1",
-                         height=380, horizontal_spacing=0.12, subplot_titles=("without QK-norm", "with QK-norm"))
+    # One figure, so the controls, both maps and the entropy curve they move fit on a laptop screen together: the
+    # curve on the left, the two maps (without, then with QK-norm) beside it, their colour bar at the right edge.
+    fig = live_subplots(1, 3, "Attention as queries and keys grow: its entropy, and the two maps (a row = one query)",
+                        height=400, column_widths=[0.38, 0.31, 0.31], horizontal_spacing=0.09,
+                        subplot_titles=("mean entropy per query", "map without QK-norm", "map with QK-norm"))
+    fig.update_xaxes(title_text="s_q · s_k (log scale)", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="entropy (nats)", range=[-0.05, max_entropy + 0.2], row=1, col=1)
     maps = []  # the attention map without, then with QK-norm
-    for col in (1, 2):
-        maps.append(heat.add_heatmap(z=np.zeros((n_tokens, n_tokens)), zmin=0.0, zmax=1.0, colorscale="Cividis",
-                                     showscale=col == 2, colorbar=dict(title="weight"), row=1, col=col,
-                                     hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>").data[-1])
-        heat.update_xaxes(title_text="key position", row=1, col=col)
-        heat.update_yaxes(title_text="query position", autorange="reversed", row=1, col=col)
-
-    curve = live_figure("Attention entropy as queries and keys grow", "s_q · s_k (how much q and k are scaled)",
-                        "mean entropy per query (nats)", log_x=True, height=360)
-    curve.add_scatter(x=grid.tolist(), y=plain_curve, mode="lines", name="without QK-norm",
-                      line=dict(color=color(1), width=3))
-    normed_line = curve.add_scatter(x=[grid[0], grid[-1]], y=[0, 0], mode="lines", name="with QK-norm (gain γ)",
-                                    line=dict(color=color(0), width=3)).data[-1]
-    curve.add_scatter(x=[grid[0], grid[-1]], y=[max_entropy] * 2, mode="lines",
-                      name=f"uniform attention: ln {n_tokens} = {max_entropy:.2f}",
-                      line=dict(color="#999999", dash="dash"))
-    here = curve.add_scatter(x=[1.0, 1.0], y=[0, 0], mode="markers", name="you are here",
-                             marker=dict(size=12, color=[color(1), color(0)], symbol="circle-open-dot",
-                                         line=dict(width=3))).data[-1]
-    curve.update_yaxes(range=[-0.05, max_entropy + 0.2])
+    for col in (2, 3):
+        maps.append(fig.add_heatmap(z=np.zeros((n_tokens, n_tokens)), zmin=0.0, zmax=1.0, colorscale="Cividis",
+                                    showscale=col == 3, colorbar=dict(title="weight", thickness=14), row=1, col=col,
+                                    hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>").data[-1])
+        fig.update_xaxes(title_text="key position", row=1, col=col)
+        fig.update_yaxes(autorange="reversed", row=1, col=col)
+    fig.update_yaxes(title_text="query position", row=1, col=2)
+    fig.add_scatter(x=grid.tolist(), y=plain_curve, mode="lines", name="without QK-norm",
+                    line=dict(color=color(1), width=3, dash=dash(0)), row=1, col=1)
+    normed_line = fig.add_scatter(x=[grid[0], grid[-1]], y=[0, 0], mode="lines", name="with QK-norm (gain γ)",
+                                  line=dict(color=color(0), width=3, dash=dash(1)), row=1, col=1).data[-1]
+    fig.add_scatter(x=[grid[0], grid[-1]], y=[max_entropy] * 2, mode="lines",
+                    name=f"uniform: ln {n_tokens} = {max_entropy:.2f}", line=dict(color="#999999", dash=dash(2)),
+                    row=1, col=1)
+    here = fig.add_scatter(x=[1.0, 1.0], y=[0, 0], mode="markers", name="you are here",
+                           marker=dict(size=12, color=[color(1), color(0)], symbol="circle-open-dot",
+                                       line=dict(width=3)), row=1, col=1).data[-1]
     readout = widgets.HTML()
     controls = {
         "scale_q": widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1.5, step=0.05,
@@ -158,24 +160,23 @@ def attention_panel(attention_probs: Callable[..., tuple[Tensor, Tensor]], n_tok
         p_plain, z_plain = attention_probs(q, k)
         p_norm, z_norm = attention_probs(q, k, qk_norm=True, gain=gain)
         h_plain, h_norm = float(row_entropy(p_plain).mean()), float(row_entropy(p_norm).mean())
-        with heat.batch_update():
+        with fig.batch_update():
             maps[0].z = p_plain.numpy()
             maps[1].z = p_norm.numpy()
-        with curve.batch_update():
             normed_line.y = [h_norm, h_norm]
             here.update(x=[scale_q * scale_k] * 2, y=[h_plain, h_norm])
         rows = [(name, float(z.abs().max()), float(p.max(-1).values.mean()), h)
                 for name, z, p, h in (("without QK-norm", z_plain, p_plain, h_plain),
                                       ("with QK-norm", z_norm, p_norm, h_norm))]
-        cells = "".join(f"<tr><td>{n}</td><td>{z:.3g}</td><td>{w:.3f}</td><td>{h:.3f}</td></tr>" for n, z, w, h in rows)
+        # One line per map, not a table: a table's rows would push the figure below a laptop screen's edge.
+        lines = "".join(f"<b>{n}</b>: largest |logit| {z:.3g}, mean largest weight {w:.3f} (one-hot: 1), mean "
+                        f"entropy {h:.3f} (uniform: {max_entropy:.2f})<br>" for n, z, w, h in rows)
         note = (" The softmax has saturated: almost every query puts nearly all its weight on one key."
                 if rows[0][2] > 0.95 else "")
-        readout.value = (f"<table><tr><th></th><th>largest |logit|</th><th>mean largest weight (one-hot = 1)</th>"
-                         f"<th>mean entropy (uniform = {max_entropy:.2f})</th></tr>{cells}</table>"
-                         f"Logits without QK-norm scale with s_q·s_k = {scale_q * scale_k:.3g}; with QK-norm they "
-                         f"stay below √d_head·γ² = {math.sqrt(d_head) * gain ** 2:.3g}.{note}")
+        readout.value = (f"{lines}Logits without QK-norm scale with s_q·s_k = {scale_q * scale_k:.3g}; with QK-norm "
+                         f"they stay below √d_head·γ² = {math.sqrt(d_head) * gain ** 2:.3g}.{note}")
 
-    return Panel(controls, [readout, heat, curve], update,
+    return Panel(controls, [readout, fig], update,
                  title="Scale the queries and keys: watch the attention map sharpen to one-hot")
 
 
@@ -225,25 +226,27 @@ def softcap_panel(softcap_logits: Callable[[Tensor, float], Tensor], top_k: int 
     softcap_logits(x, cap) -> cap * tanh(x / cap) is notebook 06's.
     """
     xs = torch.linspace(-150.0, 150.0, 301, dtype=torch.float64)
-    curve = live_figure("Soft-capping: cap · tanh(x / cap) against the raw logit x", "raw logit x",
-                        "logit after the cap", height=400)
-    curve.add_scatter(x=xs.tolist(), y=xs.tolist(), mode="lines", name="no cap (identity)",
-                      line=dict(color="#999999", dash="dash"))
-    for j, (cap, name) in enumerate(((GEMMA2_FINAL_CAP, "Gemma 2 final logits"),
-                                     (GEMMA2_ATTN_CAP, "Gemma 2 attention logits"))):
-        curve.add_scatter(x=xs.tolist(), y=softcap_logits(xs, cap).tolist(), mode="lines",
-                          name=f"{name}: cap {cap:g}", line=dict(color=color(2 + j), width=1.5, dash="dot"))
-    your_cap = curve.add_scatter(x=xs.tolist(), mode="lines", name="your cap",
-                                 line=dict(color=color(0), width=3)).data[-1]
-    top_points = curve.add_scatter(mode="markers", name=f"the example's top {top_k} logits",
-                                   marker=dict(color=color(1), size=9, symbol="diamond")).data[-1]
-    curve.update_yaxes(range=[-110, 110])
-
-    bars = live_figure(f"Next-token probabilities of the top {top_k} tokens", "token (ranked by raw logit)",
-                       "probability", height=360)
-    raw_bars = bars.add_bar(name="raw logits", marker_color=color(1)).data[-1]
-    capped_bars = bars.add_bar(name="soft-capped logits", marker_color=color(0)).data[-1]
-    bars.update_yaxes(range=[0, 1])
+    # One figure, the curve beside the probabilities, so both fit on a laptop screen with the sliders.
+    fig = live_subplots(1, 2, "Soft-capping, cap · tanh(x / cap): the curve, and the next-token probabilities",
+                        height=440, column_widths=[0.55, 0.45], horizontal_spacing=0.1,
+                        subplot_titles=("logit after the cap", f"top {top_k} tokens' probabilities"),
+                        margin=dict(b=110))
+    fig.update_xaxes(title_text="raw logit x", row=1, col=1)
+    fig.update_yaxes(title_text="capped logit", range=[-110, 110], row=1, col=1)
+    fig.update_xaxes(title_text="token (by raw logit)", row=1, col=2)
+    fig.update_yaxes(title_text="probability", range=[0, 1], row=1, col=2)
+    fig.add_scatter(x=xs.tolist(), y=xs.tolist(), mode="lines", name="no cap (identity)",
+                    line=dict(color="#999999", dash=dash(1)), row=1, col=1)
+    for j, (cap, name) in enumerate(((GEMMA2_FINAL_CAP, "Gemma 2 final"), (GEMMA2_ATTN_CAP, "Gemma 2 attention"))):
+        fig.add_scatter(x=xs.tolist(), y=softcap_logits(xs, cap).tolist(), mode="lines", name=f"{name}: cap {cap:g}",
+                        line=dict(color=color(2 + j), width=2, dash=dash(2 + j)), row=1, col=1)
+    your_cap = fig.add_scatter(x=xs.tolist(), mode="lines", name="your cap",
+                               line=dict(color=color(0), width=3), row=1, col=1).data[-1]
+    top_points = fig.add_scatter(mode="markers", name=f"the example's top {top_k} logits",
+                                 marker=dict(color=color(1), size=9, symbol="diamond"), row=1, col=1).data[-1]
+    raw_bars = fig.add_bar(name="probability, raw logits", marker=dict(color=color(1), pattern_shape="/"),
+                           row=1, col=2).data[-1]
+    capped_bars = fig.add_bar(name="probability, soft-capped", marker_color=color(0), row=1, col=2).data[-1]
     readout = widgets.HTML()
     controls = {
         "cap": widgets.FloatSlider(value=GEMMA2_FINAL_CAP, min=2.0, max=100.0, step=1.0, description="cap"),
@@ -258,10 +261,9 @@ def softcap_panel(softcap_logits: Callable[[Tensor, float], Tensor], top_k: int 
         order = torch.argsort(z, descending=True)
         top = order[:top_k]
         labels = [f"#{i + 1}" for i in range(top_k)]
-        with curve.batch_update():
+        with fig.batch_update():
             your_cap.update(y=softcap_logits(xs, cap).tolist(), name=f"your cap: {cap:g}")
             top_points.update(x=z[top].tolist(), y=capped[top].tolist())
-        with bars.batch_update():
             raw_bars.update(x=labels, y=p[top].tolist())
             capped_bars.update(x=labels, y=p_cap[top].tolist())
         same_order = bool(torch.equal(torch.argsort(capped, descending=True), order))
@@ -271,7 +273,7 @@ def softcap_panel(softcap_logits: Callable[[Tensor, float], Tensor], top_k: int 
                          f"KL(raw ‖ capped) = {kl:.3g} nats. Ranking of all {len(z)} tokens unchanged: "
                          f"{'yes' if same_order else 'NO'} (tanh is increasing, so greedy decoding never changes).")
 
-    return Panel(controls, [readout, curve, bars], update,
+    return Panel(controls, [readout, fig], update,
                  title="Soft-capping: pick a cap and a logit size")
 
 
@@ -322,25 +324,32 @@ def qk_norm_bounded(summary: dict, d_head: int) -> bool:
 
 
 def _run_style(condition: str, seed_index: int) -> dict:
+    """A run's look: its condition sets the colour and the marker symbol (so conditions differ by more than colour),
+    its seed (or its place among the lab's runs) the dash."""
     j = list(LAB_CONDITIONS).index(condition) if condition in LAB_CONDITIONS else 3
-    return dict(color=PALETTE[[1, 0, 2, 3][j]], dash=["solid", "dash", "dot", "dashdot"][seed_index % 4])
+    return dict(line=dict(color=PALETTE[[1, 0, 2, 3][j]], dash=dash(seed_index), width=2),
+                marker=dict(symbol=marker(j), size=8, maxdisplayed=12))
 
 
-def logit_growth_figure(runs: list[tuple[str, int]], title: str | None = None) -> go.FigureWidget:
+def logit_growth_figure(runs: list[tuple[str, int]], title: str | None = None, height: int = 420) -> go.FigureWidget:
     """Two panels, the largest attention logit (log scale) and the loss per step, one trace per (condition, seed)."""
     fig = live_subplots(1, 2, title or "Training at a high learning rate: attention logits and loss, per step",
-                        height=420, horizontal_spacing=0.1,
-                        subplot_titles=("largest |attention logit| before any cap", "training loss"))
+                        height=height, horizontal_spacing=0.1,
+                        subplot_titles=("largest |attention logit|, before any cap", "training loss"))
     fig.update_xaxes(title_text="training step")
-    fig.update_yaxes(title_text="largest |logit| (log scale)", type="log", row=1, col=1)
-    fig.update_yaxes(title_text="cross-entropy on the copied half (nats)", row=1, col=2)
+    fig.update_yaxes(title_text="largest |logit| (log scale)", type="log", dtick=1, row=1, col=1)  # decades only
+    fig.update_yaxes(title_text="loss on the copy (nats)", row=1, col=2)
     for i, (condition, seed) in enumerate(runs):
-        style = _run_style(condition, seed)
-        for col in (1, 2):
-            fig.add_scatter(mode="lines", name=f"{condition}, seed {seed}", legendgroup=f"{i}",
-                            showlegend=col == 1, line=dict(color=style["color"], dash=style["dash"], width=2),
-                            row=1, col=col)
+        _add_run_traces(fig, f"{condition}, seed {seed}", str(i), _run_style(condition, seed))
     return fig
+
+
+def _add_run_traces(fig: go.FigureWidget, name: str, group: str, style: dict) -> None:
+    """One run's empty (largest logit, loss) pair of a logit_growth_figure, in legend group `group`: markers sparse
+    along the lines, so each condition's symbol shows without hiding the curve."""
+    for col in (1, 2):
+        fig.add_scatter(mode="lines+markers", name=name, legendgroup=group, showlegend=col == 1, **style,
+                        row=1, col=col)
 
 
 def _run_traces(fig: go.FigureWidget, group: str) -> tuple:
@@ -542,7 +551,7 @@ def sweep_figure(sweep: dict) -> go.Figure:
                                                                                         "dash"][j % 4]))
         fig.add_scatter(x=[lr for lr in lrs for _ in by_lr[lr]], y=[v for lr in lrs for v in by_lr[lr]],
                         mode="markers", name=f"{condition}, each seed", legendgroup=condition, showlegend=False,
-                        marker=dict(color=color(j), size=8, symbol="circle-open"))
+                        marker=dict(color=color(j), size=9, symbol=f"{marker(j)}-open"))
     fig.add_scatter(x=[min(SWEEP_LRS), max(SWEEP_LRS)], y=[CHANCE] * 2, mode="lines",
                     name=f"chance: ln 15 = {CHANCE:.2f}", line=dict(color="#999999", dash="dash"))
     fig.add_scatter(x=[min(SWEEP_LRS), max(SWEEP_LRS)], y=[TRAINED] * 2, mode="lines",
@@ -656,9 +665,11 @@ def final_logit_checks(runs: dict[str, dict], last: int = 10) -> dict[str, bool]
 
 @functools.lru_cache(maxsize=1)
 def _recipe_step_seconds() -> float:
-    """One training step of the recipe's model on this machine, measured once per kernel."""
-    return seconds_per_step(make_model("no QK-norm", 0), batch_size=RECIPE["batch_size"], n_tokens=RECIPE["n_tokens"],
-                            vocab_size=RECIPE["vocab_size"])
+    """One training step of the recipe's model on this machine, measured once per kernel: the median of 10 steps, as
+    the first ones (allocations, the optimizer's state) and a busy moment on a shared machine would put the lab's
+    estimate far off."""
+    return seconds_per_step(make_model("no QK-norm", 0), repeats=10, batch_size=RECIPE["batch_size"],
+                            n_tokens=RECIPE["n_tokens"], vocab_size=RECIPE["vocab_size"])
 
 
 class TrainingLab(TrainingDemo):
@@ -672,13 +683,14 @@ class TrainingLab(TrainingDemo):
     MAX_RUNS = 8
 
     def __init__(self):
-        self.fig = logit_growth_figure([], title="Your runs: largest attention logit and loss per step")
+        # shorter than the notebook's own figure: it shares a laptop screen with the lab's three rows of controls
+        self.fig = logit_growth_figure([], title="Your runs: largest attention logit and loss per step", height=360)
         self.clear_button = widgets.Button(description="Clear runs", icon="trash")
         self.runs: list[dict] = []
         self._traces: list[tuple] = []  # each drawn run's (logit, loss) traces; a failed run keeps its empty ones
         self._step_s = _recipe_step_seconds()
         controls = {
-            "condition": widgets.Dropdown(options=list(LAB_CONDITIONS), value="no QK-norm", description="condition"),
+            "condition": choice(list(LAB_CONDITIONS), value="no QK-norm", description="condition"),
             "lr": widgets.FloatLogSlider(value=RECIPE["lr"], base=10, min=-3, max=-0.5, step=0.25,
                                          description="learning rate"),
             "cap": widgets.FloatSlider(value=GEMMA2_ATTN_CAP, min=1.0, max=100.0, step=1.0, description="cap"),
@@ -721,15 +733,15 @@ class TrainingLab(TrainingDemo):
         self.fig.data = ()
 
     def _add_run(self, settings: dict) -> tuple:
-        """Two empty traces for a new run, styled by its condition and its place among the runs drawn."""
+        """Two empty traces for a new run, styled by its condition and its place among the runs drawn; a run whose
+        label is already in the legend gets its number among the runs drawn."""
         capped = "attn_softcap" in LAB_CONDITIONS[settings["condition"]]
-        label = settings["condition"] + (f" at {settings['cap']:g}" if capped else "") + f", lr {settings['lr']:.3g}"
+        label = (settings["condition"] + (f" at {settings['cap']:g}" if capped else "")
+                 + f", lr {settings['lr']:.3g}, seed {settings['seed']}")
         group = str(len(self._traces))
-        style = _run_style(settings["condition"], len(self._traces))
-        for col in (1, 2):
-            self.fig.add_scatter(mode="lines", name=f"{label}, seed {settings['seed']}", legendgroup=group,
-                                 showlegend=col == 1, line=dict(color=style["color"], dash=style["dash"]),
-                                 row=1, col=col)
+        if any(trace.name.split(" (run ")[0] == label for trace in self.fig.data):
+            label += f" (run {len(self._traces) + 1})"
+        _add_run_traces(self.fig, label, group, _run_style(settings["condition"], len(self._traces)))
         self._traces.append(_run_traces(self.fig, group))
         return self._traces[-1]
 

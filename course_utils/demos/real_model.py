@@ -1,7 +1,8 @@
 """Notebook 08 (a real model): figures of what the LayerNorms of all-MiniLM-L6-v2 do on the course's sentences, a
 LayerNorm inspector and the intervention panel. Everything starts from `minilm.baseline()`, one cached run of the
-unmodified model; the intervention panel reruns only the blocks from the first edited one onwards. The notebook's own
-functions (outlier_dims, rms_instead, zeroed) are passed in: build_panel hands them over from its `lesson` cells."""
+unmodified model; the intervention panel computes all its settings when it is built, each rerunning only the blocks
+from the first edited one onwards. The notebook's own functions (outlier_dims, rms_instead, zeroed) are passed in:
+build_panel hands them over from its `lesson` cells."""
 from __future__ import annotations
 
 import contextlib
@@ -16,13 +17,13 @@ import torch
 from torch import Tensor
 
 from ..evidence import Outcome, Setting, claim_experiment
-from ..figures import color, live_figure, live_subplots, static_figure, static_subplots
-from ..panel import Panel, register_panel
+from ..figures import color, dash, live_subplots, marker, static_figure, static_subplots
+from ..panel import Panel, choice, register_panel
 from ..minilm import (CONFIG, NORM_SITES, Baseline, Batch, Damage, MiniLM, SentencePairs, baseline, baseline_of,
                       damage, intervened_embeddings, layer_norms, load_minilm, load_sentences, load_tokenizer,
                       reference_outputs, run_from, sentence_embedding)
 
-__all__ = ["INTERVENTIONS", "norm_statistics_figure", "stream_norm_figure", "gamma_beta_figure", "outlier_figure",
+__all__ = ["INTERVENTIONS", "INTERVENTION_BUTTONS", "norm_statistics_figure", "stream_norm_figure", "gamma_beta_figure", "outlier_figure",
            "damage_figure", "attention_logit_figure", "layernorm_inspector_panel", "intervention_panel",
            "outlier_set", "COLLAPSED", "collapse", "sentence_subset", "seed_baseline", "random_text", "random_minilm",
            "RebuildCheck", "rebuild_check", "tanh_gelu", "centering_ratio", "stream_after", "stream_checks",
@@ -33,9 +34,12 @@ __all__ = ["INTERVENTIONS", "norm_statistics_figure", "stream_norm_figure", "gam
 
 INTERVENTIONS = {"rms": "RMSNorm: no re-centering (keeps γ, β)", "remove": "remove the LayerNorm",
                  "pre": "rewire the sublayer to Pre-LN", "zero": "zero γ, β at the outlier dimensions"}
+# The same, short enough for a row of buttons (panel.choice): every change in sight, one click away.
+INTERVENTION_BUTTONS = {"rms": "RMSNorm (keeps γ, β)", "remove": "remove the LayerNorm", "pre": "rewire to Pre-LN",
+                        "zero": "zero γ, β at outliers"}
 
 # For figures whose x labels are rotated LayerNorm names: room below for the labels, the axis title and the legend.
-_BELOW_ROTATED = dict(margin=dict(t=70, b=190), legend=dict(y=-0.62, yanchor="top"))
+_BELOW_ROTATED = dict(margin=dict(b=110))
 
 
 def outlier_set(base: Baseline, outlier_dims: Callable) -> list[int]:
@@ -77,18 +81,18 @@ def norm_statistics_figure(base: Baseline) -> go.Figure:
 def stream_norm_figure(base: Baseline) -> go.Figure:
     """Median (and largest) per-token L2 norm entering each LayerNorm and leaving it."""
     fig = static_figure("The residual stream's size: entering each LayerNorm and leaving it",
-                        "LayerNorm (in forward order)", "per-token L2 norm (log scale)", log_y=True, height=470,
-                        margin=_BELOW_ROTATED["margin"], legend=dict(y=-0.55, yanchor="top"))
+                        "LayerNorm (in forward order)", "per-token L2 norm (log scale)", log_y=True, height=520,
+                        **_BELOW_ROTATED)
     names = list(base.norm_in)
     norms = layer_norms(base.model)
     before = [base.norm_in[n][base.mask].norm(dim=-1) for n in names]
     after = [norms[n](base.norm_in[n])[base.mask].norm(dim=-1) for n in names]
-    for values, label, c, dash in [(before, "entering (the residual sum)", 1, "solid"),
-                                   (after, "leaving (what the next sublayer reads)", 0, "solid")]:
+    for i, (values, label, c) in enumerate([(before, "entering (the residual sum)", 1),
+                                            (after, "leaving (what the next sublayer reads)", 0)]):
         fig.add_scatter(x=names, y=[float(v.median()) for v in values], mode="lines+markers", name=f"{label}, median",
-                        line=dict(color=color(c), dash=dash))
+                        line=dict(color=color(c), dash=dash(1 - i)), marker=dict(symbol=marker(i)))
         fig.add_scatter(x=names, y=[float(v.max()) for v in values], mode="markers", name=f"{label}, largest token",
-                        marker=dict(color=color(c), symbol="triangle-up", size=9))
+                        marker=dict(color=color(c), symbol="triangle-up" if i == 0 else "triangle-down", size=9))
     fig.update_xaxes(tickangle=-60)
     return fig
 
@@ -100,8 +104,7 @@ def gamma_beta_figure(base: Baseline, dims: list[int]) -> go.Figure:
     gammas = torch.stack([n.weight for n in norms.values()])
     betas = torch.stack([n.bias for n in norms.values()])
     fig = static_subplots(2, 1, "The learned γ (top, starts at 1) and β (bottom, starts at 0) of all 13 LayerNorms",
-                          height=660, margin=dict(t=60), legend=dict(y=-0.12), shared_xaxes=True,
-                          vertical_spacing=0.1)
+                          height=620, margin=dict(t=60), shared_xaxes=True, vertical_spacing=0.1)
     fig.add_heatmap(z=gammas.tolist(), y=names, colorscale="Cividis", colorbar=dict(title="γ", y=0.78, len=0.45),
                     name="γ", row=1, col=1)
     lim = float(betas.abs().max())
@@ -116,6 +119,9 @@ def gamma_beta_figure(base: Baseline, dims: list[int]) -> go.Figure:
     fig.update_xaxes(title_text="feature index (0-383)", row=2, col=1)
     fig.update_yaxes(title_text="γ: LayerNorm", autorange="reversed", row=1, col=1)
     fig.update_yaxes(title_text="β: LayerNorm", autorange="reversed", row=2, col=1)
+    # All 13 names: at the course's text size plotly would label only every other row.
+    fig.update_yaxes(tickmode="array", tickvals=names, tickfont=dict(size=12))
+    fig.update_layout(showlegend=True)  # the marks' legend: plotly hides a legend of one entry
     return fig
 
 
@@ -171,26 +177,15 @@ def layernorm_inspector_panel(outlier_dims: Callable) -> Panel:
     norms = layer_norms(base.model)
     dims = outlier_set(base, outlier_dims)
     lengths = base.mask.sum(1).tolist()
-    features = list(range(base.hidden[0].shape[-1]))
-    # Two rows with their own scales: a spike entering the norm would flatten everything leaving it.
-    fig_token = live_subplots(2, 1, "One token entering and leaving a LayerNorm", height=460, margin=dict(t=60),
-                              shared_xaxes=True, vertical_spacing=0.12)
-    entering = fig_token.add_bar(name="entering: the residual sum x", marker_color=color(1), row=1, col=1).data[-1]
-    leaving = fig_token.add_bar(name="leaving: γ ⊙ (x − μ)/σ + β", marker_color=color(0), row=2, col=1).data[-1]
-    fig_token.update_yaxes(title_text="entering (activation units)", row=1, col=1)
-    fig_token.update_yaxes(title_text="leaving (activation units)", row=2, col=1)
-    fig_token.update_xaxes(title_text="feature index (0-383)", row=2, col=1)
-    fig_params = live_figure("This LayerNorm's learned γ and β", "feature index (0-383)", "parameter value",
-                             height=320)
-    gamma_line = fig_params.add_scatter(name="γ (scale)", mode="lines", line=dict(color=color(2))).data[-1]
-    beta_line = fig_params.add_scatter(name="β (shift)", mode="lines", line=dict(color=color(3))).data[-1]
-    outlier_marks = fig_params.add_scatter(name="γ at the outlier dimensions", mode="markers",
-                                           marker=dict(color=color(7), size=9, symbol="x")).data[-1]
+    fig = _inspector_figure(base.hidden[0].shape[-1], dims)
+    entering, leaving, entering_marks, leaving_marks, largest, gamma_line, beta_line, gamma_marks = fig.data
+    parameters = {name: (ln.weight.tolist(), ln.bias.tolist()) for name, ln in norms.items()}  # fixed per norm
+    shown = {"norm": None}  # the norm whose γ and β the figure holds: they are sent only when it changes
     readout = widgets.HTML()
     controls = {
-        "norm": widgets.Dropdown(options=list(norms), value="L1 FFN", description="LayerNorm"),
-        "sentence": widgets.Dropdown(options=[(f"{i + 1}. {s}", i) for i, s in enumerate(base.pairs.sentences)],
-                                     value=0, description="sentence", layout=widgets.Layout(width="420px")),
+        "norm": choice(list(norms), value="L1 FFN", description="LayerNorm"),
+        "sentence": choice([(f"{i + 1}. {s}", i) for i, s in enumerate(base.pairs.sentences)], value=0,
+                           description="sentence", layout=widgets.Layout(width="300px")),
         "token": widgets.IntSlider(value=0, min=0, max=max(lengths) - 1, description="token #"),
     }
 
@@ -204,77 +199,92 @@ def layernorm_inspector_panel(outlier_dims: Callable) -> Panel:
             raise ValueError(f"token numbers start at 0 ([CLS]); choose 0 to {n - 1}")
         note = ""
         if token >= n:  # the slider spans the longest sentence; shorter ones end earlier, on [SEP]
-            note = (f" &nbsp;<i>(sentence {sentence + 1} has only {n} tokens: showing its last, token {n - 1}; "
+            note = (f"<br><i>(sentence {sentence + 1} has only {n} tokens: showing its last, token {n - 1}; "
                     f"after it come [PAD] positions, which no LayerNorm output is read from)</i>")
             token = n - 1
         ln = norms[norm]
         x = base.norm_in[norm][sentence, token]
         with torch.no_grad():
             y = ln(x)
-        mu, sd = float(x.mean()), float(x.std(unbiased=False))
-        word = base.batch.tokens[sentence][token]
-        with fig_token.batch_update():
-            entering.x = leaving.x = features
-            entering.y = x.tolist()
-            leaving.y = y.tolist()
-            fig_token.layout.title.text = f"Token {word!r} of sentence {sentence + 1} entering and leaving {norm}"
-        with fig_params.batch_update():
-            gamma_line.x = beta_line.x = features
-            gamma_line.y = ln.weight.tolist()
-            beta_line.y = ln.bias.tolist()
-            outlier_marks.x = dims
-            outlier_marks.y = ln.weight[dims].tolist()
-            fig_params.layout.title.text = f"{norm}: learned γ and β"
         top = int(x.abs().argmax())
+        word = base.batch.tokens[sentence][token]
+        with fig.batch_update():  # one message to the browser
+            entering.y, leaving.y = _rounded(x), _rounded(y)
+            entering_marks.y, leaving_marks.y = _rounded(x[dims]), _rounded(y[dims])
+            largest.x, largest.y, largest.text = [top], [float(x[top])], [f" feature {top} "]
+            largest.textposition = "middle right" if top < 0.8 * len(x) else "middle left"
+            if shown["norm"] != norm:
+                gamma_line.y, beta_line.y = parameters[norm]
+                gamma_marks.y = [parameters[norm][0][d] for d in dims]
+                shown["norm"] = norm
+            fig.layout.title.text = f"Token {word!r} of sentence {sentence + 1} entering and leaving {norm}"
+        mu, sd = float(x.mean()), float(x.std(unbiased=False))
         readout.value = (f"token <b>{html.escape(word)}</b>: μ = {mu:.3f}, σ = {sd:.3f}, "
                          f"|μ|/σ = {abs(mu) / sd:.3f} &nbsp;|&nbsp; largest |x| = {float(x[top].abs()):.1f} "
                          f"at feature {top} "
                          f"(median |x| {float(x.abs().median()):.2f}) &nbsp;|&nbsp; L2 norm {float(x.norm()):.1f} "
                          f"in, {float(y.norm()):.1f} out{note}")
 
-    return Panel(controls, [readout, fig_token, fig_params], update,
+    return Panel(controls, [readout, fig], update, layout="side",
                  title="Inside one LayerNorm: pick a norm, a sentence and a token")
+
+
+def _rounded(values: Tensor) -> list[float]:
+    """A figure's values to 4 decimals: what a plot can show, in half the bytes sent to the browser."""
+    return [round(v, 4) for v in values.tolist()]
+
+
+def _inspector_figure(d: int, dims: list[int]) -> go.Figure:
+    """The inspector's three rows over the d features, sharing one x axis so a column lines up through all three: the
+    token entering (its own scale: a spike there would flatten the rest), the token leaving, and the norm's γ and β.
+    Lines, not d bars: at a laptop's width 384 bars are one pixel each; a line keeps every spike in sight."""
+    features = list(range(d))
+    fig = live_subplots(3, 1, "One token entering and leaving a LayerNorm", height=540, shared_xaxes=True,
+                        vertical_spacing=0.07, margin=dict(t=50))
+    mark = dict(color=color(7), size=8, symbol="x")
+    fig.add_scatter(x=features, mode="lines", line=dict(color=color(1), width=1.5), showlegend=False,
+                    name="entering: the residual sum x", row=1, col=1)
+    fig.add_scatter(x=features, mode="lines", line=dict(color=color(0), width=1.5), showlegend=False,
+                    name="leaving: γ ⊙ (x − μ)/σ + β", row=2, col=1)
+    for row in (1, 2):
+        fig.add_scatter(x=dims, mode="markers", marker=mark, name=f"outlier dimensions {dims}", showlegend=row == 1,
+                        legendgroup="outliers", row=row, col=1)
+    fig.add_scatter(x=[0], y=[0], mode="text", text=[""], textposition="middle right", showlegend=False,
+                    textfont=dict(size=15), name="largest |x|", row=1, col=1)
+    fig.add_scatter(x=features, mode="lines", line=dict(color=color(2), width=1.5), name="γ (scale)", row=3, col=1)
+    fig.add_scatter(x=features, mode="lines", line=dict(color=color(3), width=1.5, dash="dot"), name="β (shift)",
+                    row=3, col=1)
+    fig.add_scatter(x=dims, mode="markers", marker=mark, showlegend=False, legendgroup="outliers",
+                    name="γ at the outlier dimensions", row=3, col=1)
+    for row, title in enumerate(["entering x", "leaving", "γ and β"], start=1):
+        fig.update_yaxes(title_text=title, row=row, col=1)
+    fig.update_xaxes(title_text="feature index (0-383)", row=3, col=1)
+    return fig
 
 
 @register_panel()
 def intervention_panel(rms_instead: Callable, zeroed: Callable, outlier_dims: Callable) -> Panel:
     """Change one block's LayerNorm(s), or every block's, and see how far the sentence embeddings move; the RMSNorm
-    swap and the zeroing are the notebook's rms_instead and zeroed, at the dimensions its outlier_dims finds."""
+    swap and the zeroing are the notebook's rms_instead and zeroed, at the dimensions its outlier_dims finds.
+
+    Every setting (7 places x 3 sites x 4 changes) is computed when the panel is built, a few seconds: a change then
+    only looks its result up and redraws, well inside the 100 ms a learner notices."""
     base = baseline()
     dims = outlier_set(base, outlier_dims)
     changes = {"rms": rms_instead, "remove": "remove", "pre": "pre", "zero": lambda ln: zeroed(ln, dims)}
     n_layers = len(base.model.blocks)
-    sentences = base.pairs.sentences
-    labels = [f"S{i + 1}" for i in range(len(sentences))]
     clean = damage(base, base.embeddings)
-    sim0, unrel0, gap0, ranked0 = clean.similar.tolist(), clean.unrelated.tolist(), clean.gap, clean.ranked
-    collapse0 = collapse(clean)
-    cache: dict[tuple, Damage] = {}
-    fig_cos = live_figure("How far each sentence's embedding moved", "sentence",
-                          "cosine(original, changed)", height=340)
-    moved = fig_cos.add_bar(x=labels, y=[1.0] * len(labels), hovertext=sentences, marker_color=color(0),
-                            showlegend=True,
-                            name="cosine between the sentence's original and changed embedding (1 = unmoved)").data[-1]
-    fig_cos.update_yaxes(range=[-0.3, 1.05])
-    fig_pairs = live_figure("Similar vs unrelated pairs: cosine before (x) and after (y) the change",
-                            "cosine of the pair, original model", "cosine of the pair, changed model", height=380)
-    fig_pairs.add_scatter(x=[-0.3, 1], y=[-0.3, 1], mode="lines", line=dict(color="#999999", dash="dot"),
-                          name="unchanged (y = x)")
-    similar = fig_pairs.add_scatter(x=sim0, y=sim0, mode="markers", marker=dict(color=color(2), size=10),
-                                    name="similar pairs").data[-1]
-    unrelated = fig_pairs.add_scatter(x=unrel0, y=unrel0, mode="markers",
-                                      marker=dict(color=color(1), size=10, symbol="diamond"),
-                                      name="unrelated pairs").data[-1]
-    fig_pairs.update_xaxes(range=[-0.3, 1.02])
-    fig_pairs.update_yaxes(range=[-0.3, 1.02])
+    views = {(layer, sites, change): _intervention_view(base, clean, layer, sites, change, changes[change])
+             for layer in range(n_layers + 1) for sites in NORM_SITES for change in changes}
+    fig = _intervention_figure(base, clean)
+    moved, _, similar, unrelated = fig.data
     readout = widgets.HTML()
     controls = {
-        "layer": widgets.Dropdown(options=[(f"L{i}", i) for i in range(1, n_layers + 1)] + [("all six", 0)],
-                                  value=4, description="block"),
-        "sublayers": widgets.Dropdown(options=[(v, k) for k, v in NORM_SITES.items()], value="both",
-                                      description="LayerNorm"),
-        "intervention": widgets.Dropdown(options=[(v, k) for k, v in INTERVENTIONS.items()], value="rms",
-                                         description="change", layout=widgets.Layout(width="380px")),
+        "layer": choice([(f"L{i}", i) for i in range(1, n_layers + 1)] + [("all six", 0)], value=4,
+                        description="block", layout=widgets.Layout(width="160px")),
+        "sublayers": choice([(v, k) for k, v in NORM_SITES.items()], value="both", description="LayerNorm"),
+        "intervention": choice([(v, k) for k, v in INTERVENTION_BUTTONS.items()], value="rms",
+                               description="change"),
     }
 
     def update(layer: int, sublayers: str, intervention: str) -> None:
@@ -282,34 +292,68 @@ def intervention_panel(rms_instead: Callable, zeroed: Callable, outlier_dims: Ca
             raise ValueError(f"choose a block from L1 to L{n_layers}, or all six")
         if intervention not in changes:
             raise ValueError(f"intervention must be one of {list(changes)}, got {intervention!r}")
-        key = (layer, sublayers, intervention)
-        if key not in cache:  # nothing else changes the result: each setting is computed once
-            layers = list(range(1, n_layers + 1)) if layer == 0 else [layer]
-            cache[key] = damage(base, intervened_embeddings(base, layers, changes[intervention], sublayers))
-        d = cache[key]
-        with fig_cos.batch_update():
-            moved.y = d.cos.tolist()
-        with fig_pairs.batch_update():
-            similar.y = d.similar.tolist()
-            unrelated.y = d.unrelated.tolist()
-        where = "every block" if layer == 0 else f"block L{layer}"
-        readout.value = (f"<b>{html.escape(INTERVENTIONS[intervention])}</b>, {html.escape(NORM_SITES[sublayers])}, "
-                         f"{where}: mean cosine to the original embeddings <b>{float(d.cos.mean()):.4f}</b> "
-                         f"(worst {float(d.cos.min()):.4f}) &nbsp;|&nbsp; similar − unrelated gap {gap0:.3f} → "
-                         f"<b>{d.gap:.3f}</b> &nbsp;|&nbsp; unrelated sentences' mean cosine {collapse0:.3f} → "
-                         f"<b>{collapse(d):.3f}</b>")
-        if collapse(d) > COLLAPSED:
-            readout.value += (f"<br><b>Collapsed:</b> unrelated sentences now point the same way (mean cosine above "
-                              f"{COLLAPSED}), so which pairs rank above which ({d.ranked:.0%} right) measures nothing.")
-        elif collapse(d) > COLLAPSING:
-            readout.value += (f", pairs ranked right {ranked0:.0%} → <b>{d.ranked:.0%}</b><br><b>Partly collapsed:</b> "
-                              f"unrelated sentences' mean cosine is above {COLLAPSING}, so the embeddings crowd into "
-                              f"one direction and the ranking says little about meaning; read the gap instead.")
-        else:
-            readout.value += f", pairs ranked right {ranked0:.0%} → <b>{d.ranked:.0%}</b>"
+        if sublayers not in NORM_SITES:
+            raise ValueError(f"sublayers must be one of {list(NORM_SITES)}, got {sublayers!r}")
+        view = views[layer, sublayers, intervention]
+        with fig.batch_update():  # one message to the browser, three traces' y and nothing else
+            moved.y, similar.y, unrelated.y = view.cos, view.similar, view.unrelated
+        readout.value = view.readout
 
-    return Panel(controls, [readout, fig_cos, fig_pairs], update,
-                 title="Change a trained model's LayerNorms and measure the damage")
+    return Panel(controls, [readout, fig], update, title="Change a trained model's LayerNorms and measure the damage")
+
+
+@dataclass(frozen=True)
+class _InterventionView:
+    """What the intervention panel shows for one setting: each sentence's cosine to its original embedding, each
+    pair's cosine, and the readout."""
+    cos: list[float]
+    similar: list[float]
+    unrelated: list[float]
+    readout: str
+
+
+def _intervention_view(base: Baseline, clean: Damage, layer: int, sites: str, name: str,
+                       change: str | Callable) -> _InterventionView:
+    """Rerun the model from the edited block onwards with `change` at `sites` of block `layer` (0: every block)."""
+    layers = list(range(1, len(base.model.blocks) + 1)) if layer == 0 else [layer]
+    d = damage(base, intervened_embeddings(base, layers, change, sites))
+    where = "every block" if layer == 0 else f"block L{layer}"
+    text = (f"<b>{html.escape(INTERVENTIONS[name])}</b>, {html.escape(NORM_SITES[sites])}, {where}: mean cosine to "
+            f"the original embeddings <b>{float(d.cos.mean()):.4f}</b> (worst {float(d.cos.min()):.4f}) &nbsp;|&nbsp; "
+            f"similar − unrelated gap {clean.gap:.3f} → <b>{d.gap:.3f}</b> &nbsp;|&nbsp; unrelated sentences' mean "
+            f"cosine {collapse(clean):.3f} → <b>{collapse(d):.3f}</b>")
+    if collapse(d) > COLLAPSED:
+        text += (f"<br><b>Collapsed:</b> unrelated sentences now point the same way (mean cosine above {COLLAPSED}), "
+                 f"so which pairs rank above which ({d.ranked:.0%} right) measures nothing.")
+    elif collapse(d) > COLLAPSING:
+        text += (f", pairs ranked right {clean.ranked:.0%} → <b>{d.ranked:.0%}</b><br><b>Partly collapsed:</b> "
+                 f"unrelated sentences' mean cosine is above {COLLAPSING}, so the embeddings crowd into one direction "
+                 f"and the ranking says little about meaning; read the gap instead.")
+    else:
+        text += f", pairs ranked right {clean.ranked:.0%} → <b>{d.ranked:.0%}</b>"
+    return _InterventionView(d.cos.tolist(), d.similar.tolist(), d.unrelated.tolist(), text)
+
+
+def _intervention_figure(base: Baseline, clean: Damage) -> go.Figure:
+    """Side by side: how far each sentence's embedding moved (bars), and each pair's cosine before and after the
+    change (similar and unrelated pairs as two marker shapes, against the y = x line of no change)."""
+    numbers = list(range(1, len(base.pairs.sentences) + 1))
+    fig = live_subplots(1, 2, "The damage: sentence embeddings moved, and pairs before vs after", height=400,
+                        horizontal_spacing=0.12,
+                        subplot_titles=("each sentence: cosine(original, changed)", "each pair: cosine before → after"))
+    fig.add_bar(x=numbers, y=[1.0] * len(numbers), hovertext=base.pairs.sentences, marker_color=color(0),
+                name="sentence (1 = unmoved)", row=1, col=1)
+    fig.add_scatter(x=[-0.3, 1], y=[-0.3, 1], mode="lines", line=dict(color="#999999", dash="dot"),
+                    name="unchanged (y = x)", row=1, col=2)
+    for kind, values, i in [("similar", clean.similar, 2), ("unrelated", clean.unrelated, 1)]:
+        fig.add_scatter(x=values.tolist(), y=values.tolist(), mode="markers", name=f"{kind} pairs",
+                        marker=dict(color=color(i), size=10, symbol=marker(0 if kind == "similar" else 2)),
+                        row=1, col=2)
+    fig.update_xaxes(title_text="sentence (hover for its text)", row=1, col=1)
+    fig.update_yaxes(title_text="cosine", range=[-0.3, 1.05], row=1, col=1)
+    fig.update_xaxes(title_text="original model", range=[-0.3, 1.02], row=1, col=2)
+    fig.update_yaxes(title_text="changed model", range=[-0.3, 1.02], row=1, col=2)
+    return fig
 
 
 # ----- What the notebook's claim cells compute, shared with their claim experiments -----------------------------------
@@ -542,11 +586,12 @@ def capped_damage(base: Baseline, cap: float) -> Damage:
 
 def sink_figure(shares: list[float], uniform: float, control: list[float]) -> go.Figure:
     """Per block, the share of attention on [CLS] in the trained model and in a random-weight one, and uniform's."""
-    fig = static_figure("The attention sink: share of all attention that lands on [CLS], per block",
-                        "block", "share of attention on [CLS] (all heads, real queries)", height=380)
+    fig = static_figure("The attention sink: the share of all attention (every head, real queries) on [CLS]",
+                        "block", "share on [CLS]", height=380)
     blocks = [f"L{i}" for i in range(1, len(shares) + 1)]
     fig.add_bar(x=blocks, y=shares, marker_color=color(0), name="trained all-MiniLM-L6-v2")
-    fig.add_bar(x=blocks, y=control, marker_color=color(1), name="same architecture, random weights (control)")
+    fig.add_bar(x=blocks, y=control, marker=dict(color=color(1), pattern_shape="/"),  # hatched: not colour alone
+                name="same architecture, random weights (control)")
     fig.add_scatter(x=blocks, y=[uniform] * len(blocks), mode="lines", line=dict(color=color(7), dash="dot"),
                     name=f"uniform over the real tokens ({uniform:.3f})")
     fig.update_yaxes(range=[0, 1])

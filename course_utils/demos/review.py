@@ -35,7 +35,8 @@ class Link:
 
 
 # Drawn from the chapter's own summary (seed 000, the closing paragraph of section 5) and its opening (section 1).
-# Box texts carry <br> breaks so they fit their boxes in a figure down to about 800 px wide.
+# Box texts carry <br> breaks so that at 12 px they fit their boxes in a figure down to about 900 px wide (the
+# notebook's column on a 1366 x 768 laptop); 13 px would run over the box edges there.
 CHAIN = (
     Link("2.1", "Attention",
          "Recurrence reads tokens one<br>at a time: a sequential<br>bottleneck, and long paths<br>"
@@ -74,19 +75,18 @@ def chain_figure() -> go.Figure:
                           showarrow=True, arrowhead=2, arrowsize=1.2, arrowwidth=2, arrowcolor=colour))
 
     fig = static_figure("The chain of problems: what each chapter of Part II solved, and what it left for the next",
-                        "", "", height=520, margin=dict(l=10, r=10, b=30),
-                        legend=dict(y=-0.02, x=0.5, xanchor="center"))
+                        "", "", height=580, margin=dict(l=10, r=10, b=50))
     hover_x, hover_y, hover_text = [], [], []
     for i, link in enumerate(CHAIN):
         centre = 13.0 + gap * i
         notes.append(dict(x=centre, y=95.5, text=f"<b>Chapter {link.chapter}: {link.idea}</b>", showarrow=False,
-                          font=dict(size=14)))
+                          font=dict(size=16)))
         for label, key, fill, edge in ROWS:
             top = tops[key]
             shapes.append(dict(type="rect", x0=centre - width / 2, x1=centre + width / 2, y0=top - height, y1=top,
                                fillcolor=fill, line=dict(color=edge, width=2)))
             notes.append(dict(x=centre, y=top - height / 2, text=getattr(link, key), showarrow=False,
-                              font=dict(size=11), align="center"))
+                              font=dict(size=12), align="center"))
             hover_x.append(centre)
             hover_y.append(top - height / 2)
             hover_text.append(f"<b>{link.chapter}, {label}</b><br>{getattr(link, key)}<br><i>{link.evidence}</i>")
@@ -96,7 +96,7 @@ def chain_figure() -> go.Figure:
             # The leftover problem of chapter i becomes the problem of chapter i + 1.
             arrow(centre + width / 2, tops["leaves"] - height / 2, centre + gap - width / 2,
                   tops["problem"] - height / 2, colour=color(3))
-    notes.append(dict(x=50, y=9, showarrow=False, font=dict(size=12, color="#444"),
+    notes.append(dict(x=50, y=9, showarrow=False, font=dict(size=13, color="#444"),
                       text="Each answer created or exposed the next problem. Hover over a box for where this "
                            "course checks it.<br>Source: the chapter's own summary (section 5, closing paragraph) "
                            "and its opening (section 1); chapters 2.1-2.3 are earlier chapters of the book."))

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..figures import PALETTE, color, live_figure, static_figure
+from ..figures import color, dash, live_figure, marker, static_figure
 from .. import normbench
 from ..evidence import Outcome, Setting, claim_experiment
 from ..normbench import CHAPTER_SAVING, COPY, PAPER_SAVING, PAPER_TRANSFORMER_SAVING, BenchResult
@@ -48,17 +48,16 @@ def ln_vs_rms_panel() -> Panel:
                       "normalized output (unitless)", height=380,
                       margin=dict(r=80))
     ln_bars = fig.add_bar(name="LayerNorm", marker_color=color(1)).data[-1]
-    rms_bars = fig.add_bar(name="RMSNorm", marker_color=color(2)).data[-1]
+    rms_bars = fig.add_bar(name="RMSNorm", marker=dict(color=color(2), pattern_shape="/")).data[-1]  # not colour alone
     input_marks = fig.add_scatter(name="input a·x + b (right axis)", mode="markers", yaxis="y2",
                                   marker=dict(color=color(0), size=11, symbol="diamond")).data[-1]
     fig.update_layout(bargap=0.2, yaxis2=dict(title="input value (unitless)", overlaying="y", side="right",
                                               showgrid=False, zeroline=False))
     readout = widgets.HTML()
     shown: dict = {}
-    slider = dict(continuous_update=True, style={"description_width": "initial"})
+    slider = dict(continuous_update=True)
     controls = {
-        "features": widgets.Text(value=PANEL_TOKEN, description="features x =", continuous_update=True,
-                                 style={"description_width": "initial"}),
+        "features": widgets.Text(value=PANEL_TOKEN, description="features x =", continuous_update=True),
         "scale": widgets.FloatSlider(value=1.0, min=0.1, max=5.0, step=0.1, description="scale a", **slider),
         "shift": widgets.FloatSlider(value=0.0, min=-10.0, max=10.0, step=0.5, description="shift b", **slider),
     }
@@ -244,7 +243,7 @@ def cost_figure(result: BenchResult, d: int = 512) -> go.Figure:
     names = [v for v in result.variants if v != COPY and (v, d) in result.times and v in result.passes]
     fig = static_figure(f"The cost model against the clock: time in copies of the same tensor (d = {d}, "
                         f"{result.elements:,} float32 values)", "variant",
-                        "time / a copy's time (out.copy_(x) = 1)", height=440, legend=dict(y=-0.45))
+                        "time in copies (out.copy_(x) = 1)", height=440)
     fig.add_bar(x=names, y=[result.predicted_x_copy(v) for v in names], name="predicted: passes / 2",
                 marker_color=color(0), marker_pattern_shape="/")
     fig.add_bar(x=names, y=[result.x_copy(v, d) for v in names], name=f"measured (median, {result.clock})",
@@ -265,8 +264,7 @@ def saving_figure(result: BenchResult, backward: BenchResult | None = None, bloc
     width, then forward+backward and the whole block (normbench.block_timing) if given, beside the paper's
     whole-model GPU range and the chapter's (normbench.PAPER_SAVING, CHAPTER_SAVING)."""
     fig = static_figure("Time saved by RMSNorm over LayerNorm, 1 − t_RMS / t_LN: the norm alone and a whole block",
-                        "what is timed", "time saved by RMSNorm (%)", height=460,
-                        legend=dict(orientation="v", y=-0.35))
+                        "what is timed", "time saved by RMSNorm (%)", height=580, margin=dict(b=190))
     labels = _width_labels(result)
     fig.add_hrect(y0=100 * PAPER_SAVING[0], y1=100 * PAPER_SAVING[1], fillcolor=color(4), opacity=0.18,
                   line_width=0, annotation_text=f"Zhang & Sennrich 2019, whole models on GPU: "
@@ -282,7 +280,8 @@ def saving_figure(result: BenchResult, backward: BenchResult | None = None, bloc
     for i, (label, ln, rms, why) in enumerate(result.pairs()):
         q = [result.saving(ln, rms, d) for d in result.widths]
         fig.add_scatter(x=labels, y=[100 * m for _, m, _ in q], mode="markers+lines", name=f"{label} ({why})",
-                        marker=dict(size=10, color=color(i)), line=dict(color=color(i), dash="dot"),
+                        marker=dict(size=10, color=color(i), symbol=marker(i)),
+                        line=dict(color=color(i), dash=dash(i + 1)),
                         error_y=dict(type="data", symmetric=False, array=[100 * (hi - m) for _, m, hi in q],
                                      arrayminus=[100 * (m - lo) for lo, m, _ in q]))
     if backward is not None:
@@ -290,12 +289,12 @@ def saving_figure(result: BenchResult, backward: BenchResult | None = None, bloc
         for j, (label, ln, rms, why) in enumerate(backward.pairs()):
             lo, m, hi = backward.saving(ln, rms, d)
             fig.add_scatter(x=[f"fwd+bwd, d={d}"], y=[100 * m], mode="markers", name=f"{label} ({why})",
-                            marker=dict(size=12, symbol="diamond", color=color(5 + j)),
+                            marker=dict(size=12, symbol=marker(3 + j), color=color(5 + j)),
                             error_y=dict(type="data", symmetric=False, array=[100 * (hi - m)],
                                          arrayminus=[100 * (m - lo)]))
     if block is not None:
         fig.add_scatter(x=["one block, fwd+bwd"], y=[100 * block["norm_saving"]], mode="markers",
-                        name="the block's two norms alone (by hand)", marker=dict(size=12, symbol="square",
+                        name="the block's two norms alone (by hand)", marker=dict(size=12, symbol=marker(5),
                                                                                 color=color(3)))
         fig.add_scatter(x=["one block, fwd+bwd"], y=[100 * block["block_saving"]], mode="markers",
                         name="the whole block", marker=dict(size=14, symbol="star", color=color(2)))
@@ -303,9 +302,12 @@ def saving_figure(result: BenchResult, backward: BenchResult | None = None, bloc
     below = [(x, y) for t in fig.data for x, y in zip(t.x, t.y) if y is not None and y < SAVING_AXIS_FLOOR]
     if below:
         fig.update_yaxes(range=[SAVING_AXIS_FLOOR - 5, 105])
+        by_x: dict = {}
         for x, y in below:
-            fig.add_annotation(x=x, y=SAVING_AXIS_FLOOR, text=f"{y:.0f}% (below the axis)", showarrow=True,
-                               arrowhead=2, ay=-25, font=dict(size=11))
+            by_x.setdefault(x, []).append(y)
+        for x, ys in by_x.items():  # one note per column: notes of points at the same place would overprint
+            text = ", ".join(f"{y:.0f}%" for y in ys) + "<br>(below the axis)"
+            fig.add_annotation(x=x, y=SAVING_AXIS_FLOOR, text=text, showarrow=True, arrowhead=2, ay=-40)
     return fig
 
 
@@ -661,21 +663,19 @@ class QualityDemo(TrainingDemo):
 
     def __init__(self):
         self.figure = live_figure("The same 4-block LM trained with each norm, and without one (copy task)",
-                                  "training step", "cross-entropy loss on the copied tokens (nats, log scale)",
-                                  log_y=True, height=380)
+                                  "training step", "loss on the copy (nats, log scale)", log_y=True, height=380)
+        self.figure.update_yaxes(dtick=1)  # a label per decade: the minor ones are too small to read
         chance = math.log(QUALITY["vocab_size"] - 1)
         self._chance = self.figure.add_scatter(name=f"chance: ln {QUALITY['vocab_size'] - 1}", x=[0, QUALITY["steps"]],
                                                y=[chance, chance], mode="lines",
-                                               line=dict(color=color(7), dash="dot")).data[-1]
+                                               line=dict(color=color(7), dash=dash(3), width=1)).data[-1]
         self._curves = {norm: self.figure.add_scatter(name=name, x=[], y=[], mode="lines",
-                                                      line=dict(color=PALETTE[i + 1])).data[-1]
+                                                      line=dict(color=color(i + 1), dash=dash(i), width=2.5)).data[-1]
                         for i, (norm, name) in enumerate(self.NAMES.items())}
-        style = {"description_width": "initial"}
-        self.seed = widgets.IntSlider(value=0, min=0, max=9, description="seed", style=style)
+        self.seed = widgets.IntSlider(value=0, min=0, max=9, description="seed")
         self.lr = widgets.FloatLogSlider(value=QUALITY["lr"], base=10, min=-3, max=math.log10(3e-2), step=0.1,
-                                         description="learning rate", readout_format=".1e", style=style)
-        self.steps = widgets.IntSlider(value=QUALITY["steps"], min=50, max=400, step=50, description="steps",
-                                       style=style)
+                                         description="learning rate", readout_format=".1e")
+        self.steps = widgets.IntSlider(value=QUALITY["steps"], min=50, max=400, step=50, description="steps")
         super().__init__({"seed": self.seed, "lr": self.lr, "steps": self.steps}, [self.figure],
                          button="Train all three")
 

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import torch
 
 from ..evidence import Outcome, Setting, claim_experiment
-from ..figures import color, live_figure, log_axis_values, static_figure
+from ..figures import color, dash, live_figure, log_axis_values, marker, static_figure
 from ..norms import layer_norm
 from ..panel import Panel, register_panel
 from ..transformer import TinyLM
@@ -114,11 +114,12 @@ def hook_figure(runs: dict[str, StackRun]) -> go.Figure:
     fig = static_figure(f"{depth} blocks at initialization: the size of the residual stream", "block l",
                         "RMS of the stream after block l", log_y=True, height=400)
     blocks = list(range(depth + 1))
-    styles = {"no norm": dict(color=color(0)), "no norm, float64": dict(color=color(0), dash="dash"),
-              "Pre-LN": dict(color=color(1)), "Post-LN": dict(color=color(2))}
+    # (colour, dash, marker) per run: the float64 rerun shares its float16 twin's colour and differs by its dash
+    styles = {"no norm": (0, 0, 0), "no norm, float64": (0, 1, 0), "Pre-LN": (1, 2, 1), "Post-LN": (2, 3, 2)}
     for name, run in runs.items():
+        c, d, m = styles[name]
         fig.add_scatter(x=blocks, y=log_axis_values(run.rms), name=_label(name, run), mode="lines+markers",
-                        line=styles.get(name, {}), marker=dict(size=4))
+                        line=dict(color=color(c), dash=dash(d)), marker=dict(size=6, symbol=marker(m)))
     fig.add_hline(y=FLOAT16_MAX, line=dict(color="grey", dash="dot"))
     # annotations on a log axis take log10 of the value
     fig.add_annotation(x=depth, y=math.log10(FLOAT16_MAX), text="float16's largest value, 65504", showarrow=False,
@@ -141,7 +142,7 @@ _STREAM, _NORM, _SUB, _NOTE = "#000000", "#E69F00", "#56B4E9", "#555555"
 def _box(fig: go.Figure, x: float, y: float, text: str, fill: str, w: float = 1.5, h: float = 0.5) -> None:
     fig.add_shape(type="rect", x0=x - w / 2, x1=x + w / 2, y0=y - h / 2, y1=y + h / 2, fillcolor=fill,
                   line=dict(color=_STREAM, width=1), layer="above")
-    fig.add_annotation(x=x, y=y, text=text, showarrow=False, font=dict(size=13, color="black"))
+    fig.add_annotation(x=x, y=y, text=text, showarrow=False, font=dict(size=14, color="black"))
 
 
 def _plus(fig: go.Figure, x: float, y: float, r: float = 0.17) -> None:
@@ -162,7 +163,7 @@ def _arrow(fig: go.Figure, x0: float, y0: float, x1: float, y1: float) -> None:
 
 def _note(fig: go.Figure, x: float, y: float, text: str) -> None:
     fig.add_annotation(x=x, y=y, text=text, showarrow=False, xanchor="left", align="left",
-                       font=dict(size=11, color=_NOTE))
+                       font=dict(size=13, color=_NOTE))
 
 
 def _branch(fig: go.Figure, s: float, b: float, y0: float, y1: float, boxes: list[tuple[float, str, str]]) -> None:
@@ -179,17 +180,19 @@ def block_diagram() -> go.Figure:
     """Pre-LN and Post-LN side by side: the residual stream, the two sublayers, the norms and the final norm, each
     part labelled with the notebook that teaches it. Built from shapes and annotations; nothing is downloaded."""
     fig = static_figure("Where the norms sit: one block of each kind (a model stacks L of them)", "", "",
-                        height=620, width=940, margin=dict(l=10, r=10, t=60, b=40), legend=dict(y=-0.02))
-    for s, b, title in ((1.2, 2.9, "<b>Pre-LN</b> (GPT-2, LLaMA): x ← x + f(LN(x))"),
-                        (6.5, 8.2, "<b>Post-LN</b> (the original Transformer, BERT): x ← LN(x + f(x))")):
-        fig.add_annotation(x=s - 1.1, y=9.05, text=title, showarrow=False, xanchor="left", font=dict(size=14))
+                        height=600, margin=dict(l=10, r=10, t=60, b=60))
+    # Each column's heading on two lines, so it stays inside its half of the figure on a narrow screen too
+    for s, b, title in ((1.2, 2.9, "<b>Pre-LN</b> (GPT-2, LLaMA)<br>x ← x + f(LN(x))"),
+                        (6.5, 8.2, "<b>Post-LN</b> (the original Transformer, BERT)<br>x ← LN(x + f(x))")):
+        fig.add_annotation(x=s - 1.1, y=9.05, text=title, showarrow=False, xanchor="left", align="left",
+                           font=dict(size=16))
         _line(fig, [(s, 0.55), (s, 7.45)], width=3)
         _box(fig, s, 0.3, "embeddings x₀", "white", w=1.7)
         _box(fig, s, 8.0, "output layer → logits", "white", w=2.1)
         fig.add_shape(type="path", path=f"M {s - 0.8} 1.0 L {s - 0.95} 1.0 L {s - 0.95} 6.6 L {s - 0.8} 6.6",
                       line=dict(color=_NOTE, width=1))
         fig.add_annotation(x=s - 1.05, y=3.8, text="one block, × L", textangle=-90, showarrow=False,
-                           font=dict(size=11, color=_NOTE))
+                           font=dict(size=13, color=_NOTE))
         _arrow(fig, s, 7.45, s, 7.75)
         _note(fig, s + 0.15, 0.85, "residual stream: 01")
     # Pre-LN: each sublayer reads a normalized copy; the stream itself is only normalized once, at the end
@@ -214,13 +217,13 @@ def block_diagram() -> go.Figure:
     _note(fig, s + 0.85, 3.3, "on the stream: 04")
     _note(fig, s + 0.85, 6.0, "on the stream: 04")
     _note(fig, s + 0.15, 7.05, "no final norm needed:<br>the last block ends on one")
-    _note(fig, b + 0.85, 1.95, "QK-norm, soft-caps: 06")
+    _note(fig, b + 0.85, 1.95, "QK-norm,<br>soft-caps: 06")
     for name, fill in (("residual stream x", _STREAM), ("norm (LayerNorm, or RMSNorm)", _NORM),
                        ("sublayer f (attention or feed-forward)", _SUB)):
         fig.add_scatter(x=[None], y=[None], mode="markers", name=name,
                         marker=dict(symbol="square", size=13, color=fill, line=dict(color=_STREAM, width=1)))
     fig.update_xaxes(visible=False, range=[0, 10.4], fixedrange=True)
-    fig.update_yaxes(visible=False, range=[-0.1, 9.35], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[-0.1, 9.6], fixedrange=True)
     return fig
 
 
@@ -251,7 +254,7 @@ def first_slider_panel(d: int = 16) -> Panel:
     """Sliders for shift and scale driving two bar traces: the token as given, and after LayerNorm."""
     fig = live_figure("One token before and after LayerNorm", "feature index k", "value", height=340)
     moved_bars = fig.add_bar(name="input x (moved)", marker_color=color(0)).data[-1]
-    normed_bars = fig.add_bar(name="LayerNorm(x)", marker_color=color(1)).data[-1]
+    normed_bars = fig.add_bar(name="LayerNorm(x)", marker=dict(color=color(1), pattern_shape="/")).data[-1]
     controls = {
         "shift": widgets.FloatSlider(value=0.0, min=-20.0, max=20.0, step=0.5, description="shift b"),
         "scale": widgets.FloatSlider(value=1.0, min=0.1, max=10.0, step=0.1, description="scale a"),

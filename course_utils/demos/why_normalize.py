@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import time
 from collections.abc import Callable
 
 import ipywidgets as widgets
@@ -20,9 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..evidence import Outcome, Setting, claim_experiment
-from ..figures import color, live_figure, live_subplots, log_axis_values
+from ..figures import color, dash, live_figure, live_subplots, log_axis_values
 from ..norms import positive_number
-from ..panel import Panel, TrainingDemo, message_html, register_panel
+from ..panel import Panel, TrainingDemo, choice, message_html, register_panel
 from ..residual import (CONTRIBUTIONS, D_MODEL, MAX_DEPTH, N_TOKENS, STACK_NORMS, SUBLAYER_KINDS, make_sublayers,
                         stream_tokens, sublayer_stack, vector_norm)
 
@@ -226,23 +227,22 @@ def residual_growth_panel(residual_stack: ResidualStack) -> Panel:
         return np.asarray(sizes[:depth + 1])
 
     fig = live_figure("The residual stream's size, layer by layer", "layer l",
-                      f"|x_l|  (mean over {N_TOKENS} tokens, d = {D_MODEL})", log_y=True, height=420)
+                      f"|x_l|  (mean over {N_TOKENS} tokens, d = {D_MODEL})", log_y=True, height=390)
     fig.update_yaxes(exponentformat="power")
     plain_trace = fig.add_scatter(mode="lines", name="without normalization",
-                                  line=dict(color="#999999", width=2)).data[-1]
+                                  line=dict(color="#999999", width=2, dash="longdash")).data[-1]
     measured_trace = fig.add_scatter(mode="lines", name="measured", line=dict(color=color(0), width=3)).data[-1]
     law_trace = fig.add_scatter(mode="lines", name="law", line=dict(color=color(1), width=2, dash="dash")).data[-1]
     float16_trace = fig.add_scatter(mode="lines", name="largest float16 (65504)",
                                     line=dict(color=color(3), dash="dot")).data[-1]
     float32_trace = fig.add_scatter(mode="lines", name="largest float32 (3.4e38)",
-                                    line=dict(color=color(7), dash="dot")).data[-1]
+                                    line=dict(color=color(7), dash="dashdot")).data[-1]
     readout = widgets.HTML()
     controls = {
         "depth": widgets.IntSlider(value=50, min=1, max=MAX_DEPTH, description="depth L"),
         "gain": _gain_control(1.0),
-        "contributions": widgets.Dropdown(options=list(CONTRIBUTIONS), value="independent",
-                                          description="contributions"),
-        "sublayer": widgets.Dropdown(options=list(SUBLAYER_KINDS), value="amplifies its input", description="sublayer"),
+        "contributions": choice(CONTRIBUTIONS, value="independent", description="contributions"),
+        "sublayer": choice(SUBLAYER_KINDS, value="amplifies its input", description="sublayer"),
         "norm": widgets.ToggleButtons(options=list(STACK_NORMS), value="off", description="normalization"),
     }
 
@@ -279,7 +279,8 @@ def float16_figure(sizes: dict[str, list[float]], first_inf: int | None = None) 
                       height=380)
     fig.update_yaxes(exponentformat="power")
     for j, (name, values) in enumerate(sizes.items()):
-        fig.add_scatter(y=log_axis_values(values), mode="lines", name=name, line=dict(color=color(j), width=3))
+        fig.add_scatter(y=log_axis_values(values), mode="lines", name=name,
+                        line=dict(color=color(j), width=3, dash=dash(j)))
     fig.add_scatter(x=[0, max(len(v) for v in sizes.values()) - 1], y=[FLOAT16_MAX] * 2, mode="lines",
                     name="largest float16 (65504)", line=dict(color=color(3), dash="dot"))
     if first_inf is not None:
@@ -320,7 +321,7 @@ def gradient_panel(residual_stack: ResidualStack) -> Panel:
         "gain": _gain_control(1.0),
         "norm": widgets.ToggleButtons(options=list(STACK_NORMS), value="off", description="normalization"),
         "residual": widgets.Checkbox(value=True, description="residual connections"),
-        "seed": widgets.Dropdown(options=list(GRADIENT_SEEDS), value=0, description="seed"),
+        "seed": choice(GRADIENT_SEEDS, value=0, description="seed"),
     }
 
     def update(depth, gain, norm, residual, seed):
@@ -387,7 +388,8 @@ def histogram_panel(residual_stack: ResidualStack) -> Panel:
     lines = {}  # (histogram, j) -> the trace of layer HIST_LAYERS[j] in that histogram's panel
     for col, histogram in ((1, "activations"), (2, "gradients")):
         for j, layer in enumerate(HIST_LAYERS):
-            lines[histogram, j] = fig.add_scatter(x=centres, mode="lines", line=dict(color=color(j), shape="hvh"),
+            lines[histogram, j] = fig.add_scatter(x=centres, mode="lines",
+                                                  line=dict(color=color(j), dash=dash(j), shape="hvh"),
                                                   name=f"layer {layer}", legendgroup=str(layer), showlegend=col == 1,
                                                   row=1, col=col).data[-1]
     readout = widgets.HTML()
@@ -554,6 +556,12 @@ def _finite(values) -> list:
     return [float(v) if math.isfinite(v) else None for v in np.asarray(values, dtype=float).tolist()]
 
 
+# The live figure redraws at most this often while the networks train. These networks train in seconds, and a
+# browser needs tens of milliseconds to redraw four plots: a redraw per few steps would queue up and play back
+# after training had ended. Paced by the clock, every frame shows the run as it is at that moment.
+REDRAW_SECONDS = 0.25
+
+
 class CovariateShiftDemo(TrainingDemo):
     """Two small networks trained side by side (no norm, BatchNorm), one hidden unit's distribution plotted live.
 
@@ -563,31 +571,32 @@ class CovariateShiftDemo(TrainingDemo):
 
     def __init__(self, steps: int = 150, lr: float = 0.1, unit: int = 0):
         self.unit = unit
+        # Four plots in a row: each one's title says what its y-axis shows (the markdown above the panel says more),
+        # so no y-axis title has to squeeze between two plots onto the tick labels of the next.
         self.fig = live_subplots(
-            1, 4, "Internal covariate shift: one hidden unit during training (fixed probe batch)", height=400,
-            legend=dict(y=-0.3), subplot_titles=("training loss", "no norm: the unit's value z",
-                                                 "BatchNorm net: z, before BatchNorm",
-                                                 "BatchNorm net: BatchNorm's output<br>(mean β, spread γ by design)"))
+            1, 4, "One hidden unit's value during training: 15th, 50th, 85th percentile on a fixed probe batch",
+            height=400, horizontal_spacing=0.06,
+            subplot_titles=("loss (log scale)", "no norm: z", "BatchNorm net: z", "BatchNorm's output"))
         self.fig.update_xaxes(title_text="training step")
-        self.fig.update_yaxes(title_text="cross-entropy loss (log scale)", type="log", row=1, col=1)
-        for col in (2, 3, 4):
-            self.fig.update_yaxes(title_text="value on the probe batch", row=1, col=col)
+        self.fig.update_yaxes(type="log", row=1, col=1)
         self._loss, self._quantiles = {}, {}
         for j, norm in enumerate(SHIFT_NORMS):
-            self._loss[norm] = self.fig.add_scatter(mode="lines", name=f"loss, {norm}", line=dict(color=color(j)),
-                                                    row=1, col=1).data[-1]
+            self._loss[norm] = self.fig.add_scatter(mode="lines", name=f"loss, {norm}",
+                                                    line=dict(color=color(j), dash=dash(j)), row=1, col=1).data[-1]
         for col, key in ((2, ("none", "quantiles")), (3, ("BatchNorm", "quantiles")),
                          (4, ("BatchNorm", "output_quantiles"))):
             self._quantiles[key] = [
                 self.fig.add_scatter(mode="lines", name=f"{int(qv * 100)}th percentile",
-                                     line=dict(color=color(2 + k), width=3 if k == 1 else 1.5),
+                                     line=dict(color=color(2 + k), width=3 if k == 1 else 1.5,
+                                               dash=("dot", "solid", "dash")[k]),
                                      legendgroup=str(k), showlegend=col == 2, row=1, col=col).data[-1]
                 for k, qv in enumerate(QUANTILES)]
         controls = {
-            "lr": widgets.Dropdown(options=list(SHIFT_LRS), value=lr, description="learning rate"),
+            "lr": widgets.SelectionSlider(options=list(SHIFT_LRS), value=lr, description="learning rate"),
             "steps": widgets.IntSlider(value=steps, min=20, max=600, step=10, description="steps"),
         }
-        super().__init__(controls, [self.fig], button="Train both")
+        super().__init__(controls, [self.fig], button="Train both",
+                         title="Internal covariate shift: train a plain and a BatchNorm network side by side")
 
     def settings(self, lr, steps) -> dict:
         if lr not in SHIFT_LRS:
@@ -610,13 +619,17 @@ class CovariateShiftDemo(TrainingDemo):
     def train(self, settings: dict, should_stop, progress) -> dict[str, dict]:
         lr, steps = settings["lr"], settings["steps"]
         results = {}
+        drawn = time.perf_counter()
         for j, norm in enumerate(SHIFT_NORMS):
             def callback(step, record, j=j):
-                if step % 10 == 0:  # redraw every other record: plotting costs more than the training step
+                nonlocal drawn
+                if time.perf_counter() - drawn >= REDRAW_SECONDS:
                     self._draw(record)
+                    drawn = time.perf_counter()
                 progress(j * steps + step, len(SHIFT_NORMS) * steps, f"{record['norm']}: step {step}")
             results[norm] = train_shift_run(norm, steps, lr, callback=callback, should_stop=should_stop)
             self._draw(results[norm])
+            drawn = time.perf_counter()
         return results
 
     def summarize(self, results: dict[str, dict]) -> str:

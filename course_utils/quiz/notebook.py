@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import sys
 from dataclasses import dataclass, replace
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from .files import load_quiz, parse_ref
 from . import model
 from .markup import _inline, markdown_html
+from .formulas import _show
 from .model import Question, Quiz, Result, _fmt, _plain
 from .source import answers_in_source
 
@@ -168,78 +170,198 @@ def score_summary() -> ScoreSummary:
 
 # ------------------------------------------------------------------------------------------------------------ views
 
+# What the widget is, said under its title: it is a practice form, and only answer cells are handed in.
+PRACTICE_NOTE = ("Practice: what you enter here gets feedback at once and is not collected; a graded class hands in "
+                 "the `answer()` cells.")
+KEYLESS_NOTE = ("Not graded here: this form only checks that an answer is readable and is not collected. To hand an "
+                "answer in, put it in its answer cell, `answer(...)`.")
+# The refs whose answer a widget has shown in this kernel, so that a later right answer says so, in any view of it.
+_SHOWN: set[str] = set()
+
+
 @dataclass
 class ItemControls:
-    """One item's widgets in Quiz.show(); `reveal` and the `model` box it fills exist for open items only."""
+    """One item's widgets in Quiz.show(). `reveal` fills `shown`: an open item's model answer at any time, a scored
+    item's key and explanation after a wrong try (no such button in a keyless release); `chosen` names the pick."""
     input: Any
     check: Any
     feedback: Any
     reveal: Any = None
-    model: Any = None
+    shown: Any = None
+    chosen: Any = None
+
+
+def _key_text(q: Question) -> str:
+    """The key as the quiz texts write it (`{answer}` in a hint renders the same way)."""
+    if q.kind == "choice":
+        return f"({q.answer})"
+    return f"{q.answer:.{q.decimals}f}" if q.decimals is not None else _show(q.answer)
+
+
+def _writes_number(text: str, number: str) -> bool:
+    """Whether `number` stands on its own in text (3.54 in "rounds to 3.54", not in 13.54 or 3.541)."""
+    return re.search(rf"(?<![\d.]){re.escape(number)}(?!\.?\d)", text) is not None
+
+
+def _states_key(q: Question, text: str) -> bool:
+    """Whether text gives q's key away: a choice's label or wording, or the key's number where the prompt does not
+    already give that number (a hint may say "16 blocks" when the prompt asks about 16 blocks)."""
+    if q.kind == "choice":
+        key = next(c for c in q.choices if c.label == q.answer)
+        return _key_text(q) in text or " ".join(key.text.split()).casefold() in " ".join(text.split()).casefold()
+    return _writes_number(text, _key_text(q)) and not _writes_number(q.prompt, _key_text(q))
+
+
+def _shown_as(result: Result) -> str:
+    return f"({result.response})" if result.kind == "choice" else result.response or "your answer"
+
+
+def _practice_view(q: Question, result: Result, keyless: bool = False) -> Result:
+    """What the practice form shows of a graded try.
+
+    A wrong try shows the verdict and the hint for the slip it fits, never the explanation: the retry must still be
+    the learner's own work. A hint that writes the key out (fine in an answer cell, which shows the explanation
+    anyway) is held back here. A right answer after the answer was shown says so and earns no points in this form.
+    """
+    if result.status == "wrong":
+        feedback = result.feedback
+        if _states_key(q, feedback.removeprefix(_shown_as(result))):  # the learner's own answer, echoed, is no leak
+            feedback = f"{_shown_as(result)} is not the answer. Try again, or show the answer."
+        return replace(result, feedback=feedback, explanation="")
+    if result.status == "correct" and result.ref in _SHOWN:
+        return replace(result, score=0.0, explanation="", feedback=f"{result.feedback.removesuffix('.')}, after the "
+                                                                    "answer was shown: no points for it here.")
+    if keyless and result.status == "recorded":
+        # With no key, the practice form can only say the answer is readable; the answer cell is handed in.
+        return replace(result, feedback=f"Readable: {_shown_as(result)}. This form is practice and is not collected: "
+                                        "to hand this answer in, put it in its answer cell, "
+                                        f'`answer("{result.ref}", ...)`.')
+    return result
+
+
+def _answer_html(q: Question) -> str:
+    """A scored item's key and explanation, as "Show the answer" displays them."""
+    if q.kind == "choice":
+        key = next(c for c in q.choices if c.label == q.answer)
+        given = f"<b>({html.escape(key.label)})</b> {_inline(key.text)}"
+    else:
+        given = f"<b>{html.escape(_key_text(q))}</b>"
+    return (f'<div style="border-left:4px solid #009E73;padding:4px 10px;margin:4px 0">'
+            f"<div><b>The answer:</b> {given}</div><div><b>Explanation.</b> {markdown_html(q.explanation)}</div>"
+            "</div>")
+
+
+def _entry(q: Question, widgets) -> Any:
+    """The input of one item: a button per choice, a one-line box for a number, a text area for an open item."""
+    if q.kind == "choice":
+        return widgets.ToggleButtons(options=[c.label for c in q.choices], value=None, description="Your choice:",
+                                     tooltip="Your choice", tooltips=[f"Choice ({c.label})" for c in q.choices],
+                                     style={"description_width": "initial"})
+    if q.kind == "numeric":
+        # Wide enough, in em so that it grows with the font, for the whole placeholder and a typed fraction.
+        return widgets.Text(placeholder="e.g. 0.5, -3, 7/8 or 1e-5", description="Your answer:",
+                            tooltip="Your answer: one number", continuous_update=False,
+                            style={"description_width": "initial"}, layout=widgets.Layout(width="24em"))
+    return widgets.Textarea(placeholder="Write your answer here.", rows=4, tooltip="Your answer",
+                            layout=widgets.Layout(width="95%"))
+
+
+def _show_pick(q: Question, controls: ItemControls) -> None:
+    """Mark the picked choice beyond ToggleButtons' faint shading: a check mark on it and a line naming it."""
+    picked = controls.input.value
+    controls.input.icons = ["check" if c.label == picked else "" for c in q.choices]
+    text = next((c.text for c in q.choices if c.label == picked), None)
+    controls.chosen.value = "" if text is None else f"You picked <b>({html.escape(picked)})</b> {_inline(text)}"
+    controls.feedback.value = ""  # a verdict on the previous pick must not sit beside this one
+
+
+def _item(n: int, q: Question, keyless: bool, widgets, text) -> tuple[ItemControls, Any]:
+    """One item's controls, not yet wired, and the box that lays them out under its question."""
+    parts = [text(f"<b>{n}.</b> {markdown_html(q.prompt)}")]
+    if q.kind == "choice":
+        parts.append(text("".join(f"<p><b>({c.label})</b> {_inline(c.text)}</p>" for c in q.choices)))
+    verb = "Record" if q.kind == "open" else "Check"
+    controls = ItemControls(input=_entry(q, widgets), feedback=text(), check=widgets.Button(
+        description=verb, button_style="primary", tooltip=f"{verb} your answer"))
+    if q.kind == "choice":
+        controls.chosen = text()
+    if not q.scored or not keyless:
+        label = "Show model answer" if q.kind == "open" else "Show the answer"
+        controls.reveal = widgets.Button(description=label, tooltip=label)
+        controls.reveal.layout.display = None if q.kind == "open" else "none"  # scored: after a wrong try
+        controls.shown = text()
+    row = widgets.HBox([c for c in (controls.check, controls.reveal) if c is not None])
+    parts += [c for c in (controls.input, controls.chosen, row, controls.feedback, controls.shown) if c is not None]
+    return controls, widgets.VBox(parts, layout=widgets.Layout(margin="0 0 12px 0"))
 
 
 def build_view(quiz: Quiz):
     """The quiz, as given (a student's numbers already in it), as an ipywidgets VBox; `.controls[qid]` holds each
     item's widgets, `.score` the score line."""
+    # Loaded only when a quiz is shown: the batch grader imports this module and never shows one.
     import ipywidgets as widgets
 
-    score = widgets.HTML()
+    from ..figures import PageHelper
+
+    def text(value: str = "") -> Any:
+        # An unset tooltip reaches the page as title="null" on the widget's (empty) label.
+        return widgets.HTMLMath(value=value, tooltip="")
+
+    score = text()
     latest: dict[str, Result] = {}
 
     def update_score() -> None:
         got = sum(r.score for r in latest.values())
         done = sum(r.answered for r in latest.values())
         points = f"Score: {_fmt(got)} / {_fmt(quiz.points)} points · " if quiz.points and not quiz.keyless else ""
-        score.value = f"<b>{points}{done} of {len(quiz.questions)} answered</b>"
+        shown = sum(q.ref in _SHOWN for q in quiz.questions if q.scored)
+        note = f" · {shown} answer{'s' * (shown != 1)} shown (no points)" if shown else ""
+        score.value = f"<b>{points}{done} of {len(quiz.questions)} answered{note}</b>"
 
     def on_check(q: Question, controls: ItemControls) -> None:
         result = quiz.grade(q.id, controls.input.value)
+        shown = _practice_view(q, result, quiz.keyless)
         if result.status != "unanswered":
-            latest[q.id] = _SESSION[result.ref] = result
-        if quiz.keyless and result.status == "recorded":
-            # With no key, the practice form can only say the answer is readable; the answer cell is handed in.
-            given = f"({result.response})" if result.kind == "choice" else (result.response or "your answer")
-            result = replace(result, feedback=f"Readable: {given}. This form is practice and is not collected: to "
-                                              "hand this answer in, put it in its answer cell, "
-                                              f'`answer("{result.ref}", ...)`.')
+            latest[q.id] = _SESSION[result.ref] = replace(result, score=shown.score)
         # The widget shows the question above its input already.
-        controls.feedback.value = replace(result, prompt="", choices=())._repr_html_()
+        controls.feedback.value = replace(shown, prompt="", choices=())._repr_html_()
+        if result.status == "wrong" and controls.reveal is not None:
+            controls.reveal.layout.display = None
         update_score()
+
+    def on_reveal(q: Question, controls: ItemControls) -> None:
+        if q.scored:
+            _SHOWN.add(q.ref)
+            controls.shown.value = _answer_html(q)
+            update_score()
+        else:
+            controls.shown.value = reveal(q.ref)._repr_html_()
+
+    def on_number(q: Question, controls: ItemControls, change: dict) -> None:
+        if change["new"].strip():  # clearing the box is not an answer
+            on_check(q, controls)
 
     boxes, all_controls = [], {}
     for n, q in enumerate(quiz.questions, 1):
-        prompt = widgets.HTMLMath(value=f"<b>{n}.</b> {markdown_html(q.prompt)}")
-        parts = [prompt]
-        if q.kind == "choice":
-            parts.append(widgets.HTMLMath(value="".join(
-                f"<p><b>({c.label})</b> {_inline(c.text)}</p>" for c in q.choices)))
-            entry = widgets.ToggleButtons(options=[c.label for c in q.choices], value=None,
-                                          description="Your choice:", style={"description_width": "initial"})
-        elif q.kind == "numeric":
-            entry = widgets.Text(placeholder="a number, e.g. 0.5, -3, 7/8 or 1e-5", description="Your answer:",
-                                 style={"description_width": "initial"})
-        else:
-            entry = widgets.Textarea(placeholder="Write your answer here.", rows=4,
-                                     layout=widgets.Layout(width="95%"))
-        controls = ItemControls(input=entry, check=widgets.Button(
-            description="Record" if q.kind == "open" else "Check", button_style="primary"),
-            feedback=widgets.HTMLMath())
+        controls, box = _item(n, q, quiz.keyless, widgets, text)
         controls.check.on_click(lambda _button, q=q, c=controls: on_check(q, c))
-        row = [controls.check]
-        if q.kind == "open":
-            controls.reveal = widgets.Button(description="Show model answer")
-            controls.model = widgets.HTMLMath()
-            controls.reveal.on_click(
-                lambda _button, q=q, c=controls: setattr(c.model, "value", reveal(q.ref)._repr_html_()))
-            row.append(controls.reveal)
-        parts += [entry, widgets.HBox(row), controls.feedback]
-        if controls.model is not None:
-            parts.append(controls.model)
-        boxes.append(widgets.VBox(parts, layout=widgets.Layout(margin="0 0 12px 0")))
+        if controls.reveal is not None:
+            controls.reveal.on_click(lambda _button, q=q, c=controls: on_reveal(q, c))
+        if q.kind == "choice":
+            controls.input.observe(lambda _change, q=q, c=controls: _show_pick(q, c), names="value")
+        if q.kind == "numeric":
+            # ipywidgets 8 sends a Text's value on Enter or when the box loses focus (continuous_update=False), so
+            # this checks on Enter-or-blur. Its Enter-only "submit" message is not used: it leaves the browser at
+            # once, while value updates queue behind any unanswered one, so it can arrive before the last digits.
+            controls.input.observe(lambda change, q=q, c=controls: on_number(q, c, change), names="value")
+        boxes.append(box)
         all_controls[q.id] = controls
     update_score()
-    heading = widgets.HTMLMath(f"<h3>{html.escape(quiz.title)}</h3>{markdown_html(quiz.about)}")
-    view = widgets.VBox([heading, *boxes, score])
+    note = KEYLESS_NOTE if quiz.keyless else PRACTICE_NOTE
+    heading = text(f"<h3>{html.escape(quiz.title)}</h3><p><i>{_inline(note)}</i></p>{markdown_html(quiz.about)}")
+    view = widgets.VBox([heading, *boxes, score, PageHelper()])
+    view.add_class("course-widget")
+    view.add_class("course-quiz")
     view.controls = all_controls
     view.score = score
     return view
