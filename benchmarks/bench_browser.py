@@ -9,9 +9,11 @@ events on each of its sliders, toggle buttons and dropdowns: ArrowRight on the f
 reaches its end), a click on the next toggle button, the next option of a dropdown. An event's latency is measured in
 the page (performance.now()): from the event to the last change of the panel's figures (a MutationObserver on them),
 taken at the next animation frame, once the kernel has answered (busy, then idle) and the figures have been still for
-150 ms. The handler's Python time is measured in the kernel around `Panel.refresh` for the same events. Training
-panels are not timed: their controls set the next run, and only Train redraws. The table (median and max per panel,
-target 100 ms for both) is printed and written to benchmarks/BROWSER.md with the machine, the date and the load.
+150 ms; "to kernel" is the part until the kernel reports busy with it. The handler's Python time is measured in the
+kernel around `Panel.refresh` for the same events. A choice goes back to where it was before the next control is
+timed (a control may be usable only at some settings of another). Training panels are not timed: their controls set
+the next run, and only Train redraws. The table (median and max per panel, target 100 ms for both) is printed and
+written to benchmarks/BROWSER.md with the machine, the date and the load; the exit code is 1 when a panel misses.
 """
 from __future__ import annotations
 
@@ -88,15 +90,15 @@ TIMER_JS = """([quietMs, timeoutMs]) => {
     let state = null;
     kernel().statusChanged.connect((_k, status) => {
         if (!state || state.t0 === null) return;
-        if (status === 'busy') state.busy = true;
-        if (status === 'idle' && state.busy) state.idle = performance.now();
+        if (status === 'busy' && state.busy === null) state.busy = performance.now();
+        if (status === 'idle' && state.busy !== null) state.idle = performance.now();
     });
     const start = e => { if (state && state.t0 === null && state.panel.contains(e.target)) state.t0 = e.timeStamp; };
     for (const type of ['keydown', 'pointerdown', 'input', 'change']) document.addEventListener(type, start, true);
     window.__bench = {
         arm(panel) {
             if (state) state.observer.disconnect();
-            state = {panel, t0: null, busy: false, idle: null, last: null, painted: null, armed: performance.now()};
+            state = {panel, t0: null, busy: null, idle: null, last: null, painted: null, armed: performance.now()};
             state.observer = new MutationObserver(() => {
                 if (state.t0 === null) return;
                 const mark = state.last = performance.now();
@@ -111,11 +113,11 @@ TIMER_JS = """([quietMs, timeoutMs]) => {
                     const now = performance.now(), s = state;
                     if (s.idle !== null && now - Math.max(s.idle, s.last || 0) > quietMs) {
                         if (s.last === null) return resolve({why: 'the figures did not change'});
-                        return resolve({ms: (s.painted || s.last) - s.t0});
+                        return resolve({ms: (s.painted || s.last) - s.t0, kernel: s.busy - s.t0});
                     }
                     if (now - s.armed > timeoutMs) return resolve({why: s.t0 === null
                         ? 'no input event reached the panel'
-                        : s.busy ? 'the kernel did not go idle' : 'the kernel never got the change'});
+                        : s.busy !== null ? 'the kernel did not go idle' : 'the kernel never got the change'});
                     setTimeout(poll, 10);
                 };
                 poll();
@@ -125,6 +127,13 @@ TIMER_JS = """([quietMs, timeoutMs]) => {
 }"""
 
 
+# Whether a control can take an input: enabled, and with somewhere to go (two options, a range).
+USABLE_JS = """(c, kind) => {
+    if (kind === 'slider') return !c.closest('.noUi-target').hasAttribute('disabled')
+        && +c.getAttribute('aria-valuemax') > +c.getAttribute('aria-valuemin');
+    if (kind === 'dropdown') return !c.disabled && c.options.length > 1;
+    return Array.from(c.querySelectorAll('.widget-toggle-button')).filter(b => !b.disabled).length > 1;
+}"""
 # The course panels on the page: classes, title, how many figures, and the titles of those drawn with no data.
 PANELS_JS = """() => Array.from(document.querySelectorAll('.course-panel')).map(p => {
     const title = e => ((e.querySelector('b, .gtitle') || {}).textContent || '(untitled)').trim();
@@ -140,6 +149,7 @@ class PanelTiming:
     panel: str
     controls: int = 0
     browser_ms: list[float] = field(default_factory=list)
+    kernel_ms: list[float] = field(default_factory=list)  # from the input to the kernel starting on it
     handler_ms: list[float] = field(default_factory=list)
     misses: list[str] = field(default_factory=list)
     skipped: str = ""
@@ -163,8 +173,8 @@ def parse_notebooks(text: str | None) -> list[str]:
     return sorted(chosen)
 
 
-def _cell(value: list[float], how) -> str:
-    return f"{how(value):.0f}" if value else "-"
+def _cell(values: list[float], how, digits: int = 0) -> str:
+    return f"{how(values):.{digits}f}" if values else "-"
 
 
 def render(rows: list[PanelTiming], about: dict) -> str:
@@ -174,12 +184,13 @@ def render(rows: list[PanelTiming], about: dict) -> str:
              f"Measured by `python benchmarks/bench_browser.py` on {about['date']}: {about['machine']}; "
              f"Chromium {about['chromium']}, JupyterLab {about['jupyterlab']}; load average {about['load_start']} at "
              f"the start, {about['load_end']} at the end. {about['repeats']} input events per control.", "",
-             "| notebook | panel | controls | events | median ms | max ms | handler median ms | handler max ms "
-             "| under 100 ms |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| notebook | panel | controls | events | median ms | max ms | to kernel median ms | handler median ms "
+             "| handler max ms | under 100 ms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in timed:
         lines.append(f"| {r.notebook} | {r.panel} | {r.controls} | {len(r.browser_ms)} | "
                      f"{_cell(r.browser_ms, statistics.median)} | {_cell(r.browser_ms, max)} | "
-                     f"{_cell(r.handler_ms, statistics.median)} | {_cell(r.handler_ms, max)} | "
+                     f"{_cell(r.kernel_ms, statistics.median)} | "
+                     f"{_cell(r.handler_ms, statistics.median, 1)} | {_cell(r.handler_ms, max, 1)} | "
                      f"{'yes' if r.ok else 'NO'} |")
     missed = [r for r in timed if not r.ok]
     lines += ["", "Every panel under 100 ms, median and max." if timed and not missed else
@@ -191,44 +202,75 @@ def render(rows: list[PanelTiming], about: dict) -> str:
     return "\n".join(lines)
 
 
-def _step(page, panel, kind: str, control) -> None:
-    """One input on a control: a slider moves one step (back at its end), buttons and dropdowns take the next."""
-    if kind == "slider":  # right to the end, then left to the start, and so on (the handle keeps its direction)
-        now, low, high, was_left = control.evaluate(
-            "h => [+h.getAttribute('aria-valuenow'), +h.getAttribute('aria-valuemin'), "
-            "+h.getAttribute('aria-valuemax'), h.dataset.benchLeft === '1']")
-        left = (was_left or now >= high) and now > low
-        control.evaluate(f"h => {{ h.dataset.benchLeft = '{int(left)}'; }}")
-        control.focus()
-        page.keyboard.press("ArrowLeft" if left else "ArrowRight")
-    elif kind == "toggle buttons":
-        buttons = control.locator(".widget-toggle-button")
-        active = control.evaluate("t => Array.from(t.querySelectorAll('.widget-toggle-button'))"
-                                  ".findIndex(b => b.classList.contains('mod-active'))")
-        buttons.nth((active + 1) % buttons.count()).click()
+# The index of a control's chosen toggle button or option, and the next one that can be chosen.
+CHOICE_JS = """(c, kind) => {
+    const items = Array.from(kind === 'dropdown' ? c.options : c.querySelectorAll('.widget-toggle-button'));
+    const at = kind === 'dropdown' ? c.selectedIndex : items.findIndex(b => b.classList.contains('mod-active'));
+    const next = [...items.keys()].map(i => (at + 1 + i) % items.length).find(i => !items[i].disabled && i !== at);
+    return [at, next];
+}"""
+
+
+def _choose(control, kind: str, index: int) -> None:
+    if kind == "toggle buttons":
+        control.locator(".widget-toggle-button").nth(index).click(timeout=EVENT_TIMEOUT_MS)
     else:
-        n = control.evaluate("s => s.options.length")
-        control.select_option(index=(control.evaluate("s => s.selectedIndex") + 1) % n)
+        control.select_option(index=index, timeout=EVENT_TIMEOUT_MS)
+
+
+def _step(page, kind: str, control) -> None:
+    """One input on a control: a slider moves one step (back at its end), buttons and dropdowns take the next."""
+    if kind != "slider":
+        _choose(control, kind, control.evaluate(CHOICE_JS, kind)[1])
+        return
+    now, low, high, was_left = control.evaluate(  # right to the end, then left to the start, and so on
+        "h => [+h.getAttribute('aria-valuenow'), +h.getAttribute('aria-valuemin'), "
+        "+h.getAttribute('aria-valuemax'), h.dataset.benchLeft === '1']")
+    left = (was_left or now >= high) and now > low
+    control.evaluate(f"h => {{ h.dataset.benchLeft = '{int(left)}'; }}")
+    control.focus()
+    page.keyboard.press("ArrowLeft" if left else "ArrowRight")
+
+
+def _time_control(page, timing: PanelTiming, panel, kind: str, control, repeats: int) -> None:
+    """repeats inputs on one control, each timed to the redraw; a choice goes back to where it was (another control
+    of the panel may be usable only there)."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    control.scroll_into_view_if_needed()
+    start = control.evaluate(CHOICE_JS, kind)[0] if kind != "slider" else None
+    for _ in range(repeats):
+        if not control.evaluate(USABLE_JS, kind):
+            timing.misses.append(f"{kind}: disabled by the setting it was moved to")
+            return
+        panel.evaluate("p => window.__bench.arm(p)")
+        try:
+            _step(page, kind, control)
+        except PlaywrightError as exc:  # reported in the table; the other controls are still timed
+            timing.misses.append(f"{kind}: could not be used ({str(exc).splitlines()[0]})")
+            return
+        result = page.evaluate("() => window.__bench.wait()")
+        if "ms" in result:
+            timing.browser_ms.append(result["ms"])
+            timing.kernel_ms.append(result["kernel"])
+        else:
+            timing.misses.append(f"{kind}: {result['why']}")
+    if start is not None and control.evaluate(CHOICE_JS, kind)[0] != start:
+        panel.evaluate("p => window.__bench.arm(p)")
+        _choose(control, kind, start)
+        page.evaluate("() => window.__bench.wait()")
 
 
 def _time_panel(page, timing: PanelTiming, panel, repeats: int) -> None:
+    """Time each usable control of the panel's own (not those of a quiz inside it)."""
     for kind, selector in CONTROLS.items():
-        own = [c for c in panel.locator(selector).all()
-               if c.evaluate("(c, p) => c.closest('.course-panel') === p && !c.closest('.course-quiz')",
-                             panel.element_handle())]
-        if kind != "slider":
-            own = [c for c in own if c.evaluate("c => c.querySelectorAll('option, .widget-toggle-button').length > 1")]
-        timing.controls += len(own)
-        for control in own:
-            control.scroll_into_view_if_needed()
-            for _ in range(repeats):
-                panel.evaluate("p => window.__bench.arm(p)")
-                _step(page, panel, kind, control)
-                result = page.evaluate("() => window.__bench.wait()")
-                if "ms" in result:
-                    timing.browser_ms.append(result["ms"])
-                else:
-                    timing.misses.append(f"{kind}: {result['why']}")
+        for control in panel.locator(selector).all():
+            if not control.evaluate("(c, p) => c.closest('.course-panel') === p && !c.closest('.course-quiz')",
+                                    panel.element_handle()):
+                continue
+            if control.evaluate(USABLE_JS, kind):
+                timing.controls += 1
+                _time_control(page, timing, panel, kind, control, repeats)
 
 
 def _kernel_report(page, code: str) -> dict | None:

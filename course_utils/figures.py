@@ -113,6 +113,16 @@ class LiveFigure(go.FigureWidget):
         self.observe(self._view_reported, names=_VIEW_TRAITS)
         self.observe(self._edited, names=_EDIT_TRAITS)
 
+    def _ipython_display_(self):
+        """A figure shown on its own sits in a box with its PageHelper, so it fills its column like a panel's."""
+        import ipywidgets as widgets
+        from IPython.display import display
+
+        box = widgets.VBox([self])
+        box.add_class("course-widget")
+        box.children += (PageHelper(box),)
+        display(box)
+
     def _view_reported(self, change) -> None:
         if change["new"] is not None:
             self._has_view = True
@@ -133,6 +143,8 @@ _PAGE_HELPER_ESM = r"""
 // It also reports the width of the column each of its live figures sits in (`widths`, in page order), so Python
 // sizes them to fill it: plotly's FigureWidget view draws before its element is in the page, cannot measure its
 // column and keeps plotly's default 700 px (and its `responsive` mode stopped a figure taking updates in Voila).
+// With the widths go the traces each figure drew (`traces`): on a busy machine a view can start from the figure's
+// empty opening state and draw nothing, and Python then sends it the figure again.
 function render({ model, el }) {
   el.style.display = "none";
   let tries = 0;
@@ -147,9 +159,12 @@ function render({ model, el }) {
     let pending = null;
     const report = () => {
       pending = null;
-      const widths = Array.from(root.querySelectorAll(".js-plotly-plot"))
-        .map((plot) => Math.round(plot.getBoundingClientRect().width));
-      if (widths.some((w) => w > 0) && JSON.stringify(widths) !== JSON.stringify(model.get("widths"))) {
+      const plots = Array.from(root.querySelectorAll(".js-plotly-plot"));
+      const widths = plots.map((plot) => Math.round(plot.getBoundingClientRect().width));
+      const traces = plots.map((plot) => (plot.data || []).length);
+      if (widths.some((w) => w > 0) && JSON.stringify([widths, traces]) !==
+          JSON.stringify([model.get("widths"), model.get("traces")])) {
+        model.set("traces", traces);
         model.set("widths", widths);
         model.save_changes();
       }
@@ -178,6 +193,7 @@ def _page_helper_class() -> type:
     class PageHelper(anywidget.AnyWidget):
         _esm = _PAGE_HELPER_ESM
         widths = traitlets.List(traitlets.Int()).tag(sync=True)  # each live figure's column, in page order
+        traces = traitlets.List(traitlets.Int()).tag(sync=True)  # how many traces each one drew
 
     return PageHelper
 
@@ -188,7 +204,7 @@ def PageHelper(root=None):  # noqa: N802 - used like the widget class it builds
     JupyterLab's shortcuts stay off; and its live figures are sized to the columns they sit in, whatever the window."""
     helper = _page_helper_class()()
     if root is not None:
-        helper.observe(lambda change: fit_figures(root, change["new"]), names="widths")
+        helper.observe(lambda change: fit_figures(root, change["new"], helper.traces), names="widths")
     return helper
 
 
@@ -199,10 +215,16 @@ def _live_figures(widget) -> list:
     return [f for child in getattr(widget, "children", ()) for f in _live_figures(child)]
 
 
-def fit_figures(root, widths: list[int]) -> None:
+def fit_figures(root, widths: list[int], traces: list[int] | None = None) -> None:
     """Give each live figure in root the width of its column (as the page measured it); a figure whose width was set
-    on purpose (not by this function) keeps it."""
-    for fig, width in zip(_live_figures(root), widths):
+    on purpose (not by this function) keeps it. A figure whose view drew none of its traces gets them sent again."""
+    figures = _live_figures(root)
+    for fig, drawn in zip(figures, traces or []):
+        if drawn == 0 and len(fig.data) and not getattr(fig, "_resent", False):
+            fig._resent = True  # once: a figure with no traces on purpose would otherwise be sent forever
+            fig._send_addTraces_msg([trace.to_plotly_json() for trace in fig.data])
+            fig._send_relayout_msg(fig.layout.to_plotly_json())
+    for fig, width in zip(figures, widths):
         if width > 50 and fig.layout.width in (None, getattr(fig, "_fitted_width", None)):
             fig.layout.width = fig._fitted_width = width
 

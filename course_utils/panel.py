@@ -96,6 +96,8 @@ def full_label(control: widgets.Widget) -> widgets.Widget:
         control.style.description_width = "initial"
     if getattr(control, "tooltip", "missing") is None:
         control.tooltip = description
+    if isinstance(control, widgets.Dropdown) and any(len(label) > 24 for label in control._options_labels):
+        control.layout.width = "auto"  # as wide as its longest option: a cut option cannot be read once chosen
     if isinstance(control, (widgets.IntSlider, widgets.FloatSlider, widgets.FloatLogSlider)) and description:
         # The track keeps its length when the label grows: the slider's box grows instead of squeezing it.
         control.layout.width = f"{max(320, 200 + 8 * len(description))}px"

@@ -72,6 +72,33 @@ def test_live_figures_take_the_width_their_column_reports_and_shown_figures_are_
     assert fitted.layout.width == 1488
     helper.widths = [0, 0]  # hidden (a folded slide): nothing changes
     assert fitted.layout.width == 1488
+
+
+def test_a_view_that_drew_nothing_is_sent_its_figure_again_once(monkeypatch):
+    import ipywidgets as widgets
+    fig = live_figure("t", "x", "y")
+    fig.add_scatter(y=[1, 2, 3])
+    root = widgets.VBox([fig])
+    sent, layouts = [], []
+    monkeypatch.setattr(fig, "_send_addTraces_msg", lambda traces: sent.append(traces))
+    monkeypatch.setattr(fig, "_send_relayout_msg", lambda layout, **_: layouts.append(layout))
+    figures.fit_figures(root, [900], traces=[1])  # drew its trace: nothing to resend, only the width
+    assert sent == [] and layouts == [{"width": 900}]
+    figures.fit_figures(root, [900], traces=[0])  # a busy page's view started from the empty opening state
+    assert list(sent[0][0]["y"]) == [1, 2, 3] and layouts[1]["title"]["text"] == "t"
+    figures.fit_figures(root, [901], traces=[0])
+    assert len(sent) == 1  # once only
+
+
+def test_a_live_figure_shown_alone_gets_its_helper(monkeypatch):
+    import IPython.display
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    fig = live_figure("t", "x", "y")
+    fig._ipython_display_()
+    box = shown[0]
+    assert box.children[0] is fig and type(box.children[1]).__name__ == "PageHelper"
+    assert "course-widget" in box._dom_classes
     bundle = pio.renderers["plotly_mimetype"].to_mimebundle(static_figure("t", "x", "y").to_dict())
     assert bundle["application/vnd.plotly.v1+json"]["config"]["responsive"] is True
 

@@ -169,6 +169,11 @@ def attention_logit_figure(logits: list[Tensor], cap: float = 50.0) -> go.Figure
     return fig
 
 
+def _short_label(text: str, limit: int = 34) -> str:
+    """An option label that fits the panel's control column (the readout under it shows the whole sentence)."""
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
 @register_panel()
 def layernorm_inspector_panel(outlier_dims: Callable) -> Panel:
     """Pick a LayerNorm, a sentence and a token: the token entering and leaving the norm, and the norm's γ and β, with
@@ -184,8 +189,8 @@ def layernorm_inspector_panel(outlier_dims: Callable) -> Panel:
     readout = widgets.HTML()
     controls = {
         "norm": choice(list(norms), value="L1 FFN", description="LayerNorm"),
-        "sentence": choice([(f"{i + 1}. {s}", i) for i, s in enumerate(base.pairs.sentences)], value=0,
-                           description="sentence", layout=widgets.Layout(width="300px")),
+        "sentence": choice([(_short_label(f"{i + 1}. {s}"), i) for i, s in enumerate(base.pairs.sentences)],
+                           value=0, description="sentence"),
         "token": widgets.IntSlider(value=0, min=0, max=max(lengths) - 1, description="token #"),
     }
 
