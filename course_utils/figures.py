@@ -145,6 +145,13 @@ _PAGE_HELPER_ESM = r"""
 // column and keeps plotly's default 700 px (and its `responsive` mode stopped a figure taking updates in Voila).
 // With the widths go the traces each figure drew (`traces`): on a busy machine a view can start from the figure's
 // empty opening state and draw nothing, and Python then sends it the figure again.
+const drawn = new WeakSet();  // the figures plotly has finished drawing, on this page
+const seen = new WeakMap();  // when each figure was first seen
+const listeners = new Set();
+document.addEventListener("plotlywidget-after-render", (event) => {
+  if (event.detail && event.detail.element) drawn.add(event.detail.element);
+  listeners.forEach((listener) => listener());
+});
 function render({ model, el }) {
   el.style.display = "none";
   let tries = 0;
@@ -159,9 +166,14 @@ function render({ model, el }) {
     let pending = null;
     const report = () => {
       pending = null;
+      // a figure still drawing reports 0 (Python leaves it alone): an edit that reaches it mid-draw can blank it
+      // (one drawn before this helper's code ran is taken as drawn once it has been in the page for 2 s)
       const plots = Array.from(root.querySelectorAll(".js-plotly-plot"));
-      const widths = plots.map((plot) => Math.round(plot.getBoundingClientRect().width));
-      const traces = plots.map((plot) => (plot.data || []).length);
+      const now = performance.now();
+      plots.forEach((plot) => { if (!seen.has(plot)) { seen.set(plot, now); setTimeout(later, 2100); } });
+      const done = (plot) => drawn.has(plot) || now - seen.get(plot) > 2000;
+      const widths = plots.map((plot) => (done(plot) ? Math.round(plot.getBoundingClientRect().width) : 0));
+      const traces = plots.map((plot) => (done(plot) ? (plot.data || []).length : -1));
       if (widths.some((w) => w > 0) && JSON.stringify([widths, traces]) !==
           JSON.stringify([model.get("widths"), model.get("traces")])) {
         model.set("traces", traces);
@@ -170,6 +182,7 @@ function render({ model, el }) {
       }
     };
     const later = () => { if (pending === null) pending = setTimeout(report, 80); };
+    listeners.add(later);
     const observer = new ResizeObserver(later);
     observer.observe(root);
     // figures appear after the helper (each draws when its module has loaded): look again as they do
