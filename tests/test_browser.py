@@ -48,10 +48,10 @@ CONTROLS = {"toggle buttons": ".course-panel .widget-toggle-buttons .widget-togg
             "slider": ".course-panel .widget-slider .noUi-handle"}
 # Everything the layout checks measure, in one pass over the open notebook: each course panel's height from its top
 # to the bottom of its controls and main (largest) plot (a quiz inside a panel is measured as quizzes are), and each
-# quiz item's; each plot's width and its column's
-# (the output area, or its own column of a side-by-side box); labels, buttons, dropdown options and placeholders
-# wider than their box; title="null" tooltips; plot titles out of their figure or on top of each other; y-axis
-# titles over tick labels. Names say where: "panel '<title>'", "quiz '<title>'", or "cell N" outside them.
+# quiz item's; each plot's width and its column's (the output area, or its own column of a side-by-side box); labels,
+# buttons, dropdown options and placeholders wider than their box; title="null" tooltips; plot titles out of their
+# figure or on top of each other; y-axis titles over tick labels. Names say where: "panel '<title>'",
+# "quiz '<title>'", or "cell N" outside them.
 LAYOUT_JS = r"""() => {
   const rect = e => e.getBoundingClientRect();
   const shown = e => { const r = rect(e); return r.width > 0 && r.height > 0; };
@@ -321,16 +321,18 @@ def _layout_problems(report: dict, where: str, fit: bool) -> list[str]:
 
 
 def _screenshot_main_panel(page, path, size: tuple[int, int]) -> list[str]:
-    """The notebook's main panel (MAIN_PANEL) scrolled to the top of the notebook, as the screen shows it."""
+    """The notebook's main panel (MAIN_PANEL; the first panel for a notebook it does not name) scrolled to the top of
+    the notebook, as the screen shows it."""
     found = page.evaluate("""piece => {
         const panels = Array.from(document.querySelectorAll('.course-panel'));
         const panel = panels.find(p => ((p.querySelector('b') || {}).textContent || '').includes(piece));
         if (panel) panel.scrollIntoView({block: 'start'});
-        return panel ? '' : panels.map(p => (p.querySelector('b') || {}).textContent || '(untitled)').join(' | ');
-    }""", MAIN_PANEL[path.stem])
+        return panel ? null : panels.map(p => (p.querySelector('b') || {}).textContent || '(untitled)').join(' | ')
+            || 'none';
+    }""", MAIN_PANEL.get(path.stem, ""))
     page.screenshot(path=str(ARTIFACTS / f"panel-{path.stem}-{size[0]}x{size[1]}.png"))
-    if found:
-        return [f"{path.stem}: no course panel's title contains {MAIN_PANEL[path.stem]!r} (MAIN_PANEL in "
+    if found is not None:
+        return [f"{path.stem}: no course panel's title contains {MAIN_PANEL.get(path.stem, '')!r} (MAIN_PANEL in "
                 f"tests/test_browser.py); its panels: {found}"]
     return []
 

@@ -98,7 +98,9 @@ def _shell():
 def test_install_puts_the_snapshot_beside_every_widget_view():
     shell = _shell()
     tree, fig = _panel_like()
-    for shown in (tree, fig):  # a whole tree, and plotly's FigureWidget (its own _repr_mimebundle_) alone
+    # a whole tree, and plotly's own FigureWidget (its own _repr_mimebundle_) alone; a course LiveFigure shown alone
+    # displays itself in a box with its PageHelper (figures.py), which is a tree like the first
+    for shown in (tree, go.FigureWidget(fig)):
         data, _ = shell.display_formatter.format(shown)
         assert set(data) == {snapshot.WIDGET_MIME, "text/html", snapshot.PLOTLY_MIME, "text/plain"}
         assert data[snapshot.WIDGET_MIME]["model_id"] == shown.model_id
