@@ -9,8 +9,9 @@ events on each of its sliders, toggle buttons and dropdowns: ArrowRight on the f
 reaches its end), a click on the next toggle button, the next option of a dropdown. An event's latency is measured in
 the page (performance.now()): from the event to the last change of the panel's figures (a MutationObserver on them),
 taken at the next animation frame, once the kernel has answered (busy, then idle) and the figures have been still for
-150 ms; "to kernel" is the part until the kernel reports busy with it. The handler's Python time is measured in the
-kernel around `Panel.refresh` for the same events. A choice goes back to where it was before the next control is
+150 ms; "to kernel" is the part until the kernel reports busy with it. In the kernel, for the same events, "in
+kernel" times its whole handling of a control's message (the widget machinery, the handler, the figure updates it
+sends) and "handler" the panel's `Panel.refresh` alone. A choice goes back to where it was before the next control is
 timed (a control may be usable only at some settings of another). Training panels are not timed: their controls set
 the next run, and only Train redraws. The table (median and max per panel, target 100 ms for both) is printed and
 written to benchmarks/BROWSER.md with the machine, the date and the load; the exit code is 1 when a panel misses.
@@ -42,32 +43,42 @@ EVENT_TIMEOUT_MS = 5_000
 CONTROLS = {"slider": ".widget-slider .noUi-handle", "toggle buttons": ".widget-toggle-buttons",
             "dropdown": ".widget-dropdown select"}
 
-# Run in the notebook's kernel once it has run: every Panel gets a DOM class naming it, and its refresh is timed.
+# Run in the notebook's kernel once it has run: every Panel gets a DOM class naming it; its refresh is timed (the
+# handler), and so is the kernel's whole handling of each message from one of its controls (the widget machinery,
+# the handler and the figure updates it sends).
 KERNEL_SETUP = """
 def _course_bench_setup():
     import gc, json, time
     from course_utils.panel import Panel, TrainingDemo
-    times = {}
+    times = {"handler": {}, "message": {}}
 
-    def timed(key, refresh):
-        def run():
+    def timed(kind, key, run):
+        def timed_run(*args):
             started = time.perf_counter()
             try:
-                return refresh()
+                return run(*args)
             finally:
-                times.setdefault(key, []).append((time.perf_counter() - started) * 1e3)
-        return run
+                which = key(*args)
+                if which is not None:
+                    times[kind].setdefault(which, []).append((time.perf_counter() - started) * 1e3)
+        return timed_run
 
-    panels = {}
+    panels, comm_panel = {}, {}
     for i, panel in enumerate(o for o in gc.get_objects() if isinstance(o, Panel)):
         panel.widget.add_class(f"bench-panel-{i}")
-        panel.refresh = timed(i, panel.refresh)
+        panel.refresh = timed("handler", lambda i=i: i, panel.refresh)
         panels[i] = isinstance(panel, TrainingDemo)
+        comm_panel.update({c.comm.comm_id: i for c in panel.controls.values() if c.comm is not None})
+    kernel = get_ipython().kernel
+    kernel.shell_handlers["comm_msg"] = timed(
+        "message", lambda stream, ident, msg: comm_panel.get(msg["content"].get("comm_id")),
+        kernel.shell_handlers["comm_msg"])
     print("COURSE_BENCH", json.dumps(panels))
     return times
 _course_bench_times = _course_bench_setup()
 """
-KERNEL_TIMES = 'import json; print("COURSE_BENCH", json.dumps(_course_bench_times)); _course_bench_times.clear()'
+KERNEL_TIMES = ('import json; print("COURSE_BENCH", json.dumps(_course_bench_times)); '
+                '[t.clear() for t in _course_bench_times.values()]')
 
 # Run code in the open notebook's kernel, outside any cell; returns what it printed (or the error). What the kernel
 # code reports is the line it starts with COURSE_BENCH (a thread of the notebook's may print too).
@@ -149,7 +160,8 @@ class PanelTiming:
     panel: str
     controls: int = 0
     browser_ms: list[float] = field(default_factory=list)
-    kernel_ms: list[float] = field(default_factory=list)  # from the input to the kernel starting on it
+    to_kernel_ms: list[float] = field(default_factory=list)  # from the input to the kernel starting on it
+    message_ms: list[float] = field(default_factory=list)  # the kernel's handling of a control's message
     handler_ms: list[float] = field(default_factory=list)
     misses: list[str] = field(default_factory=list)
     skipped: str = ""
@@ -184,12 +196,13 @@ def render(rows: list[PanelTiming], about: dict) -> str:
              f"Measured by `python benchmarks/bench_browser.py` on {about['date']}: {about['machine']}; "
              f"Chromium {about['chromium']}, JupyterLab {about['jupyterlab']}; load average {about['load_start']} at "
              f"the start, {about['load_end']} at the end. {about['repeats']} input events per control.", "",
-             "| notebook | panel | controls | events | median ms | max ms | to kernel median ms | handler median ms "
-             "| handler max ms | under 100 ms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| notebook | panel | controls | events | median ms | max ms | to kernel median ms | in kernel median ms "
+             "| handler median ms | handler max ms | under 100 ms |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in timed:
         lines.append(f"| {r.notebook} | {r.panel} | {r.controls} | {len(r.browser_ms)} | "
                      f"{_cell(r.browser_ms, statistics.median)} | {_cell(r.browser_ms, max)} | "
-                     f"{_cell(r.kernel_ms, statistics.median)} | "
+                     f"{_cell(r.to_kernel_ms, statistics.median)} | {_cell(r.message_ms, statistics.median, 1)} | "
                      f"{_cell(r.handler_ms, statistics.median, 1)} | {_cell(r.handler_ms, max, 1)} | "
                      f"{'yes' if r.ok else 'NO'} |")
     missed = [r for r in timed if not r.ok]
@@ -252,7 +265,7 @@ def _time_control(page, timing: PanelTiming, panel, kind: str, control, repeats:
         result = page.evaluate("() => window.__bench.wait()")
         if "ms" in result:
             timing.browser_ms.append(result["ms"])
-            timing.kernel_ms.append(result["kernel"])
+            timing.to_kernel_ms.append(result["kernel"])
         else:
             timing.misses.append(f"{kind}: {result['why']}")
     if start is not None and control.evaluate(CHOICE_JS, kind)[0] != start:
@@ -311,7 +324,8 @@ def time_notebook(page, lab, name: str, repeats: int) -> list[PanelTiming]:
         timing.misses += [f"figure '{t}' has no data on the page, so its updates cannot show" for t in blank]
         panel = page.locator(f".bench-panel-{key}")
         _time_panel(page, timing, panel, repeats)
-        timing.handler_ms = (_kernel_report(page, KERNEL_TIMES) or {}).get(str(key), [])
+        kernel = _kernel_report(page, KERNEL_TIMES) or {"handler": {}, "message": {}}
+        timing.handler_ms, timing.message_ms = kernel["handler"].get(str(key), []), kernel["message"].get(str(key), [])
         if not timing.controls:
             timing.skipped = "no slider, toggle buttons or dropdown"
     return rows

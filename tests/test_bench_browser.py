@@ -34,14 +34,15 @@ def test_an_unknown_notebook_or_no_repeats_is_refused_before_anything_starts(cap
 
 def test_the_table_gives_each_panels_median_and_max_and_names_what_misses():
     fast = bench_browser.PanelTiming("03_layernorm", "Edit one token", controls=2, browser_ms=[40, 60, 50],
-                                     kernel_ms=[9, 11, 10], handler_ms=[3, 5])
+                                     to_kernel_ms=[9, 11, 10], message_ms=[6, 8],
+                                     handler_ms=[3, 5])
     slow = bench_browser.PanelTiming("08_real_model", "Change the LayerNorms", controls=1, browser_ms=[80, 90, 150],
-                                     kernel_ms=[20, 30, 40], handler_ms=[60, 120],
+                                     to_kernel_ms=[20, 30, 40], message_ms=[70, 130], handler_ms=[60, 120],
                                      misses=["slider: the figures did not change"] * 2)
     training = bench_browser.PanelTiming("04_pre_vs_post_ln", "Race", skipped="a training panel")
     text = bench_browser.render([fast, slow, training], ABOUT)
-    assert "| 03_layernorm | Edit one token | 2 | 3 | 50 | 60 | 10 | 4.0 | 5.0 | yes |" in text
-    assert "| 08_real_model | Change the LayerNorms | 1 | 3 | 90 | 150 | 30 | 90.0 | 120.0 | NO |" in text
+    assert "| 03_layernorm | Edit one token | 2 | 3 | 50 | 60 | 10 | 7.0 | 4.0 | 5.0 | yes |" in text
+    assert "| 08_real_model | Change the LayerNorms | 1 | 3 | 90 | 150 | 30 | 100.0 | 90.0 | 120.0 | NO |" in text
     assert "Over 100 ms (median or max) or not measured: 08_real_model Change the LayerNorms." in text
     assert text.count("slider: the figures did not change") == 1
     assert "Not timed:\n- 04_pre_vs_post_ln Race: a training panel" in text and "| 04_pre_vs_post_ln" not in text
@@ -54,7 +55,7 @@ def test_a_panel_with_no_measured_event_misses_the_target():
     assert not silent.ok
     assert not bench_browser.PanelTiming("00_start_here", "Move the sliders", controls=2, browser_ms=[30],
                                          misses=["slider: the figures did not change"]).ok
-    assert "| 00_start_here | Move the sliders | 2 | 0 | - | - | - | - | - | NO |" in bench_browser.render([silent],
+    assert "| 00_start_here | Move the sliders | 2 | 0 | - | - | - | - | - | - | NO |" in bench_browser.render([silent],
                                                                                                   ABOUT)
     assert "Every panel under 100 ms" not in bench_browser.render([silent], ABOUT)
     assert "Every panel under 100 ms, median and max." in bench_browser.render(
@@ -72,5 +73,5 @@ def test_the_benchmark_times_a_small_notebook_in_the_browser(tmp_path):
     assert row is not None, out.read_text()
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert int(cells[2]) >= 1 and int(cells[3]) == 2 * int(cells[2]), row  # every event of every control measured
-    median, most, to_kernel, handler = (float(c) for c in cells[4:8])
-    assert 0 < to_kernel < median <= most and handler > 0, row
+    median, most, to_kernel, in_kernel, handler = (float(c) for c in cells[4:9])
+    assert 0 < to_kernel < median <= most and 0 < handler <= in_kernel, row
