@@ -3,8 +3,9 @@
     python benchmarks/bench_browser.py                             # every notebook, 10 events per control
     python benchmarks/bench_browser.py --notebooks 04,08 --repeats 20
 
-JupyterLab and headless Chromium start as the browser test starts them (tests/browser_support.py). Each notebook is
-opened and run top to bottom; then every course panel (DOM class `course-panel`) that has figures gets --repeats input
+JupyterLab and headless Chromium start as the browser test starts them (tests/browser_support.py), but with
+JupyterLab's default notebook windowing, as a learner has it (--windowing none renders every cell, as the browser test
+does, and makes each redraw's layout work larger). Each notebook is opened and run top to bottom; then every course panel (DOM class `course-panel`) that has figures gets --repeats input
 events on each of its sliders, toggle buttons and dropdowns: ArrowRight on the focused slider handle (ArrowLeft once it
 reaches its end), a click on the next toggle button, the next option of a dropdown. An event's latency is measured in
 the page (performance.now()): from the event to the last change of the panel's figures (a MutationObserver on them),
@@ -194,7 +195,8 @@ def render(rows: list[PanelTiming], about: dict) -> str:
     timed = [r for r in rows if not r.skipped]
     lines = ["# Browser latency: input to redrawn figure", "",
              f"Measured by `python benchmarks/bench_browser.py` on {about['date']}: {about['machine']}; "
-             f"Chromium {about['chromium']}, JupyterLab {about['jupyterlab']}; load average {about['load_start']} at "
+             f"Chromium {about['chromium']}, JupyterLab {about['jupyterlab']} (notebook windowing "
+             f"{about['windowing']}); load average {about['load_start']} at "
              f"the start, {about['load_end']} at the end. {about['repeats']} input events per control.", "",
              "| notebook | panel | controls | events | median ms | max ms | to kernel median ms | in kernel median ms "
              "| handler median ms | handler max ms | under 100 ms |",
@@ -342,15 +344,35 @@ def _machine() -> str:
             f"Python {platform.python_version()}")
 
 
-def run(notebooks: list[str], repeats: int) -> tuple[list[PanelTiming], dict]:
+WINDOWING = ("contentVisibility", "defer", "full", "none")
+
+
+def _windowing(mode: str | None) -> dict:
+    return {} if mode is None else {"notebook-extension/tracker": {"windowingMode": mode}}
+
+
+def _default_windowing() -> str:
+    """JupyterLab's default notebook windowing mode, from its settings schema (the benchmark leaves it as it is)."""
+    import jupyterlab
+    from jupyterlab.commands import get_app_dir
+
+    schema = Path(get_app_dir()) / "schemas" / "@jupyterlab" / "notebook-extension" / "tracker.json"
+    try:
+        return json.loads(schema.read_text())["properties"]["windowingMode"]["default"]
+    except (OSError, KeyError, ValueError):
+        return f"unknown (JupyterLab {jupyterlab.__version__})"
+
+
+def run(notebooks: list[str], repeats: int, windowing: str | None = None) -> tuple[list[PanelTiming], dict]:
     """Time every notebook's panels in one JupyterLab and one Chromium, a fresh page and kernel per notebook."""
     import jupyterlab
     from playwright.sync_api import sync_playwright
 
     about = {"date": datetime.date.today().isoformat(), "machine": _machine(), "jupyterlab": jupyterlab.__version__,
-             "load_start": _load(), "repeats": repeats}
+             "windowing": windowing or _default_windowing(), "load_start": _load(), "repeats": repeats}
     rows: list[PanelTiming] = []
-    with tempfile.TemporaryDirectory() as home, jupyter_lab(Path(home)) as lab, sync_playwright() as p:
+    with (tempfile.TemporaryDirectory() as home, jupyter_lab(Path(home), _windowing(windowing)) as lab,
+          sync_playwright() as p):
         browser = launch_chromium(p)
         about["chromium"] = browser.version
         for name in notebooks:
@@ -372,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--notebooks", help="comma-separated notebooks, by number or stem (default: all): 04,08")
     parser.add_argument("--repeats", type=int, default=10, help="input events per control (default 10)")
+    parser.add_argument("--windowing", choices=WINDOWING,
+                        help="JupyterLab's notebook windowing mode (default: JupyterLab's own default, as a learner "
+                             "has it); the browser test uses none")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "BROWSER.md", help="where to write the table")
     args = parser.parse_args(argv)
     try:
@@ -380,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, not {args.repeats}")
-    rows, about = run(notebooks, args.repeats)
+    rows, about = run(notebooks, args.repeats, args.windowing)
     text = render(rows, about)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

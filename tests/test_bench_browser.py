@@ -13,7 +13,7 @@ _spec = importlib.util.spec_from_file_location("bench_browser", SCRIPT)
 bench_browser = sys.modules["bench_browser"] = importlib.util.module_from_spec(_spec)  # dataclasses look it up
 _spec.loader.exec_module(bench_browser)
 ABOUT = {"date": "2026-12-01", "machine": "Linux x86_64, 2 cores", "chromium": "156", "jupyterlab": "4.6.6",
-         "load_start": "0.50 0.40 0.30", "load_end": "1.00 0.80 0.60", "repeats": 10}
+         "windowing": "contentVisibility", "load_start": "0.50 0.40 0.30", "load_end": "1.00 0.80 0.60", "repeats": 10}
 
 
 def test_notebooks_are_chosen_by_number_or_stem_in_course_order():

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from browser_support import code_cells, jupyter_lab, launch_chromium, open_notebook, run_all_and_wait, \
+from browser_support import EVERY_CELL, code_cells, jupyter_lab, launch_chromium, open_notebook, run_all_and_wait, \
     shut_down_kernels, until
 from conftest import ROOT, browser_missing
 
@@ -166,7 +166,7 @@ LAYOUT_JS = r"""() => {
 def lab(tmp_path_factory):
     """A JupyterLab server on a copy of notebooks/ (tests/browser_support.py)."""
     try:
-        with jupyter_lab(tmp_path_factory.mktemp("lab")) as running:
+        with jupyter_lab(tmp_path_factory.mktemp("lab"), EVERY_CELL) as running:
             yield running
     except RuntimeError as exc:
         pytest.fail(str(exc))

@@ -354,9 +354,9 @@ def test_the_deck_runs_offline_with_its_figures_and_maths(tmp_path, chromium):
 @needs_browser
 def test_jupyterlab_draws_the_live_widget_not_its_snapshot(tmp_path, chromium):
     """install() adds HTML and plotly JSON to a widget's output; JupyterLab must still pick the live view."""
-    from browser_support import jupyter_lab, open_notebook, run_all_and_wait, until
+    from browser_support import EVERY_CELL, jupyter_lab, open_notebook, run_all_and_wait, until
 
-    with jupyter_lab(tmp_path) as lab:
+    with jupyter_lab(tmp_path, EVERY_CELL) as lab:
         nb = _small_notebook("import course_utils.snapshot\ncourse_utils.snapshot.install();", *LIVE_CELLS[:2])
         nbformat.write(nb, lab.home / "root" / "notebooks" / "snapshot_check.ipynb")
         page = chromium.new_page(viewport={"width": 1366, "height": 768})

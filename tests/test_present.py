@@ -139,6 +139,26 @@ def _shown_plots(page) -> str:
             .map(e => e.getAttribute('d') || '').join('|')).join('#')""")
 
 
+def _settled_plots(page) -> str:
+    """The current slide's plots' fingerprint once it has held for a second (a figure may still be drawing, or taking
+    its column's width, when its slide comes up)."""
+    readings = [_shown_plots(page)]
+
+    def settled() -> bool:
+        time.sleep(0.5)
+        readings.append(_shown_plots(page))
+        return readings[-1] == readings[-2] == readings[-3] if len(readings) > 2 else False
+
+    assert until(settled, timeout_s=30), "the slide's plots kept changing for 30 s with no input"
+    return readings[-1]
+
+
+def _plots_state(page) -> list[list]:
+    """Each plot on the current slide: how many traces its data has, how many it drew, its width (for a failure)."""
+    return page.evaluate("""() => Array.from(document.querySelectorAll('.course-cell:not(.course-off) .js-plotly-plot'))
+        .map(p => [(p.data || []).length, p.querySelectorAll('.trace').length, p.getBoundingClientRect().width])""")
+
+
 def _plot_fill(page) -> list[float]:
     """Each plot on the current slide: its width over its cell's width."""
     return page.evaluate("""() => Array.from(document.querySelectorAll('.course-cell:not(.course-off) .js-plotly-plot'))
@@ -227,7 +247,7 @@ def test_a_focused_slider_moves_its_plot_not_the_slide(deck):
     page = deck.page
     slide = _go_to_slider_slide(page)
     assert min(_plot_fill(page)) > 0.9, f"figures take {_plot_fill(page)} of their slide's width"
-    before = _shown_plots(page)
+    before = _settled_plots(page)
     handle = page.locator(".course-cell:not(.course-off) .noUi-handle").first
     value = handle.get_attribute("aria-valuenow")
     handle.focus()
@@ -242,7 +262,7 @@ def test_a_focused_slider_moves_its_plot_not_the_slide(deck):
         pytest.fail(f"the slider moved from {value} to {handle.get_attribute('aria-valuenow')} but its plot did not "
                     "change" + (f"; the page logged {busy[0]!r}: anywidget gives a widget's code 2 s to load (plotly's "
                                 "is 5 MB), so on a machine this busy the figure's view never takes updates" if busy
-                                else ""))
+                                else "") + f"; its plots (traces in data, traces drawn, width): {_plots_state(page)}")
     assert _counter(page)[0] == slide, "the slider's arrow keys moved the slide"
     page.locator(".course-cell:not(.course-off) .js-plotly-plot").first.scroll_into_view_if_needed()
     _screenshot(page, SMALL, "slider")
