@@ -122,6 +122,15 @@
     button.addEventListener("click", () => show(current + direction));
   }
   window.addEventListener("keydown", onKey, true);
+  // A button clicked with the mouse (Train, Check) gives the keys back once its own click has run: a clicker sends
+  // Space and Enter too, which would otherwise press that button again instead of turning the slide. A button
+  // pressed from the keyboard (detail 0) keeps the focus, as keyboard users expect.
+  document.addEventListener("click", event => {
+    const button = event.target instanceof Element ? event.target.closest("button") : null;
+    if (button && event.detail > 0 && !pager.contains(button)) {
+      setTimeout(() => { if (document.activeElement === button) button.blur(); }, 0);
+    }
+  });
   const asked = /^#(\d+)$/.exec(location.hash);
   show(asked ? Number(asked[1]) - 1 : 0);
   pager.hidden = false;
