@@ -253,7 +253,7 @@ def _course_look(fig: go.Figure, title: str, *, height: int, width: int | None, 
                       template="plotly_white", colorway=PALETTE, font=dict(size=FONT_SIZE),
                       margin={**base_margin, **(margin or {})}, legend={**base_legend, **(legend or {})})
     # ticklabeloverflow "allow": plotly's default ("hide past div") measures every tick label on every redraw to hide
-    # those past the figure's edge, which automargin already keeps inside; measured, 15-28% of a redraw.
+    # those past the figure's edge, which automargin already keeps inside; 2-11% of a redraw (benchmarks/PLOTLY.md).
     fig.update_xaxes(automargin=True, ticklabeloverflow="allow")
     fig.update_yaxes(automargin=True, ticklabeloverflow="allow")
     fig.update_annotations(font_size=FONT_SIZE + 1)  # subplot titles
