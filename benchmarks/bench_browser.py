@@ -5,17 +5,18 @@
 
 JupyterLab and headless Chromium start as the browser test starts them (tests/browser_support.py), but with
 JupyterLab's default notebook windowing, as a learner has it (--windowing none renders every cell, as the browser test
-does, and makes each redraw's layout work larger). Each notebook is opened and run top to bottom; then every course panel (DOM class `course-panel`) that has figures gets --repeats input
-events on each of its sliders, toggle buttons and dropdowns: ArrowRight on the focused slider handle (ArrowLeft once it
-reaches its end), a click on the next toggle button, the next option of a dropdown. An event's latency is measured in
-the page (performance.now()): from the event to the last change of the panel's figures (a MutationObserver on them),
-taken at the next animation frame, once the kernel has answered (busy, then idle) and the figures have been still for
-150 ms; "to kernel" is the part until the kernel reports busy with it. In the kernel, for the same events, "in
-kernel" times its whole handling of a control's message (the widget machinery, the handler, the figure updates it
-sends) and "handler" the panel's `Panel.refresh` alone. A choice goes back to where it was before the next control is
-timed (a control may be usable only at some settings of another). Training panels are not timed: their controls set
-the next run, and only Train redraws. The table (median and max per panel, target 100 ms for both) is printed and
-written to benchmarks/BROWSER.md with the machine, the date and the load; the exit code is 1 when a panel misses.
+does, and makes each redraw's layout work larger). Each notebook is opened and run top to bottom; then every course
+panel (DOM class `course-panel`) that has figures gets --repeats input events on each of its sliders, toggle buttons
+and dropdowns: ArrowRight on the focused slider handle (ArrowLeft once it reaches its end), a click on the next toggle
+button, the next option of a dropdown. An event's latency is measured in the page (performance.now()): from the event
+to the last change of the panel's figures (a MutationObserver on them), taken at the next animation frame, once the
+kernel has answered (busy, then idle) and the figures have been still for 150 ms; "to kernel" is the part until the
+kernel reports busy with it. In the kernel, for the same events, "in kernel" times its whole handling of a control's
+message (the widget machinery, the handler, the figure updates it sends) and "handler" the panel's `Panel.refresh`
+alone. A choice goes back to where it was before the next control is timed (a control may be usable only at some
+settings of another). Training panels are not timed: their controls set the next run, and only Train redraws. The
+table (median and max per panel, target 100 ms for both) is printed and written to benchmarks/BROWSER.md with the
+machine, the date and the load; the exit code is 1 when a panel misses.
 """
 from __future__ import annotations
 
