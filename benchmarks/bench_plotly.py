@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -36,6 +34,7 @@ from plotly.offline import get_plotlyjs_version
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the Chromium start-up the browser test uses
 
+from bench_browser import _load, _machine  # noqa: E402 - the same machine and load lines
 from browser_support import launch_chromium  # noqa: E402
 
 from course_utils import figures  # noqa: E402
@@ -125,10 +124,6 @@ def render(times: dict[tuple[str, str], list[float]], about: dict) -> str:
     return "\n".join(lines)
 
 
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/bench_plotly.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -141,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright  # the test extra; a clear ImportError without it
 
     about = {"date": datetime.date.today().isoformat(), "plotly": get_plotlyjs_version(), "load_start": _load(),
-             "updates": args.updates, "rounds": args.rounds,
-             "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, "
-                        f"Python {platform.python_version()}"}
+             "updates": args.updates, "rounds": args.rounds, "machine": _machine()}
     with sync_playwright() as p:
         browser = launch_chromium(p)
         about["chromium"] = browser.version

@@ -86,18 +86,26 @@ def deck(presenter):
         chromium.close()
 
 
+def _steady(read, pause_s: float, readings_alike: int, timeout_s: float, ready=lambda value: True):
+    """read() every pause_s until its last readings_alike readings agree (and ready(reading) holds); returns that
+    reading, or None after timeout_s (the page answers a reading only between two renders)."""
+    readings = [read()]
+
+    def steady() -> bool:
+        time.sleep(pause_s)
+        readings.append(read())
+        last = readings[-readings_alike:]
+        return len(last) == readings_alike and all(r == last[0] for r in last) and ready(last[0])
+
+    return readings[-1] if until(steady, timeout_s=timeout_s) else None
+
+
 def _wait_for_widgets(page) -> None:
     """Until the widgets Voilà renders after the cells show have all drawn: as many figures and controls in two
-    readings a second apart (the page answers a reading only between two renders)."""
+    readings a second apart."""
     count = "() => [document.querySelectorAll('.js-plotly-plot').length, document.querySelectorAll('.widget-slider').length]"
-    readings = [page.evaluate(count)]
-
-    def settled() -> bool:
-        time.sleep(1)
-        readings.append(page.evaluate(count))
-        return readings[-1][0] > 0 and readings[-1] == readings[-2]
-
-    assert until(settled, timeout_s=60), f"the widgets kept changing: {readings[-3:]}"
+    assert _steady(lambda: page.evaluate(count), 1, 2, 60, ready=lambda c: c[0] > 0) is not None, \
+        f"the widgets kept changing: {page.evaluate(count)}"
 
 
 def _slides_in_notebook() -> int:
@@ -142,15 +150,9 @@ def _shown_plots(page) -> str:
 def _settled_plots(page) -> str:
     """The current slide's plots' fingerprint once it has held for a second (a figure may still be drawing, or taking
     its column's width, when its slide comes up)."""
-    readings = [_shown_plots(page)]
-
-    def settled() -> bool:
-        time.sleep(0.5)
-        readings.append(_shown_plots(page))
-        return readings[-1] == readings[-2] == readings[-3] if len(readings) > 2 else False
-
-    assert until(settled, timeout_s=30), "the slide's plots kept changing for 30 s with no input"
-    return readings[-1]
+    fingerprint = _steady(lambda: _shown_plots(page), 0.5, 3, 30)
+    assert fingerprint is not None, "the slide's plots kept changing for 30 s with no input"
+    return fingerprint
 
 
 def _plots_state(page) -> list[list]:
