@@ -18,27 +18,52 @@ the setting where the notebook says the claim stops). A run *agrees* when its `h
 `python -m course_utils.robustness` runs every registered experiment over its seeds and settings and writes one JSON
 file per claim under data/robustness/ plus the summary benchmarks/ROBUSTNESS.md. Notebooks and CLAIMS.md quote
 that report (`quote("C45")`) and never type a count by hand. Each report records a fingerprint of the experiment's
-code and settings, so a test fails when the code changed and the report was not rerun.
+code, of every course function and class it reaches, and of its settings, so a test fails when any of that changed
+and the report was not rerun.
+
+`kind` says what sort of number the figure is, and so how closely a rerun on another CPU must reproduce it (KINDS):
+an exact count, a float computed on seeded data, a float32 round-off size, a training outcome, or a time. The
+verdict (`holds`) must be reproduced everywhere, whatever the kind.
+
+A setting that cannot fail (an identity, a definition checked against itself), or one recorded but not claimed (the
+claim holds there at some seeds only), says why in `fixed`; its runs are reported but not counted among the runs that
+agree. A setting whose runs all give the same figure, verdict and detail
+did not depend on the seed: it is counted once, not once a seed.
 """
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import inspect
 import json
 import math
 import platform
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .course import lesson_parameters, notebook_of_module
 from .resources import course_folder
 
-__all__ = ["Setting", "Outcome", "ClaimExperiment", "claim_experiment", "EXPERIMENTS", "DEFAULT_SEEDS",
-           "REPORT_DIR", "load_report", "quote", "fingerprint", "agreement", "figure_span"]
+__all__ = ["Setting", "Outcome", "ClaimExperiment", "claim_experiment", "EXPERIMENTS", "DEFAULT_SEEDS", "KINDS",
+           "REPORT_DIR", "load_report", "quote", "fingerprint", "agreement", "figure_span", "same_figure",
+           "seed_independent"]
 
 REPORT_DIR = course_folder("data") / "robustness"  # shipped with the course, so every copy's notebooks can quote it
 DEFAULT_SEEDS = tuple(range(6))  # the notebook's seed 0 and five others
+
+# What sort of number a figure is -> how closely a rerun on another CPU (other kernels, other round-off) reproduces it:
+# (relative tolerance, absolute tolerance), or None where only the verdict is reproduced. Measured with PyTorch's
+# portable kernels (ATEN_CPU_CAPABILITY=default) against the AVX-512 ones: see tests/test_evidence.py.
+KINDS: dict[str, tuple[float, float] | None] = {
+    "exact": (1e-9, 1e-12),      # a count, a shape, a float64 or integer computation
+    "float": (1e-3, 1e-6),       # float32 arithmetic on seeded data: kernels change the last bits, not the figure
+    "roundoff": None,            # a float32 round-off size (1e-7..1e-5): its digits are the kernel's; its order is not
+    "training": (0.25, 0.02),    # a figure after many optimiser steps: round-off compounds, the outcome does not
+    "timed": None,               # a measured time or a ratio of times: differs from run to run and machine to machine
+}
+ROUNDOFF_FACTOR = 30.0  # a round-off size reproduces within this factor (its order of magnitude, give or take)
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,7 @@ class Setting:
     label: str
     params: dict = field(default_factory=dict)
     expect: bool = True
+    fixed: str | None = None  # why this setting is not counted (it cannot fail, or is recorded, not claimed)
 
 
 @dataclass(frozen=True)
@@ -80,7 +106,12 @@ class ClaimExperiment:
     seeds: tuple[int, ...]
     function: Callable
     lessons: tuple[str, ...]
-    timed: bool = False  # the figure is a timing: a rerun must reproduce the verdict, not the figure
+    kind: str = "float"  # what sort of number the figure is (KINDS): how closely a rerun must reproduce it
+
+    @property
+    def timed(self) -> bool:
+        """The figure is a timing: a rerun must reproduce the verdict, not the figure."""
+        return self.kind == "timed"
 
     def run(self, seed: int, setting: Setting, lessons: dict | None = None) -> Outcome:
         """One run; lesson functions come from `lessons` or, if None, from the notebook's lesson cells."""
@@ -97,19 +128,124 @@ class ClaimExperiment:
 EXPERIMENTS: dict[str, ClaimExperiment] = {}
 
 
+def _course_objects(code, namespace: dict, seen: set, found: list) -> None:
+    """Every course function and class that `code` (and the code objects inside it) names, followed recursively."""
+    import types
+
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+        for name in c.co_names:
+            candidates = [namespace.get(name)]
+            # `demo.verdict`, `norms.rms_norm`: an attribute of a course module the code names
+            candidates += [getattr(m, name, None) for m in list(namespace.values())
+                           if isinstance(m, types.ModuleType) and m.__name__.startswith(__package__)]
+            for obj in candidates:
+                _follow(obj, seen, found)
+
+
+def _follow(obj, seen: set, found: list) -> None:
+    import types
+
+    obj = getattr(obj, "__wrapped__", obj)
+    if isinstance(obj, (types.FunctionType, type)) and obj.__module__.startswith(__package__ + "."):
+        key = (obj.__module__, obj.__qualname__)
+        if key in seen:
+            return
+        seen.add(key)
+        try:
+            found.append(f"{key}\n{_source(obj)}")
+        except (OSError, TypeError):
+            return
+        namespace = sys.modules[obj.__module__].__dict__
+        if isinstance(obj, type):
+            for member in vars(obj).values():
+                member = getattr(member, "__func__", member)
+                if isinstance(member, property):
+                    member = member.fget
+                if isinstance(member, types.FunctionType):
+                    _course_objects(member.__code__, namespace, seen, found)
+        else:
+            _course_objects(obj.__code__, {**namespace, **_closure(obj)}, seen, found)
+            for default in (obj.__defaults__ or ()) + tuple((obj.__kwdefaults__ or {}).values()):
+                _follow(default, seen, found)
+
+
+@functools.lru_cache(maxsize=None)
+def _source(obj) -> str:
+    return inspect.getsource(obj)
+
+
+def reached(experiment: ClaimExperiment) -> list[str]:
+    """"module.qualname" of every course function and class the experiment reaches: what its fingerprint covers."""
+    found: list[str] = []
+    _follow(experiment.function, set(), found)
+    return sorted(".".join(eval(text.split("\n", 1)[0])) for text in found)
+
+
+def _closure(fn) -> dict:
+    """The values a nested function closes over, by name (its cell variables)."""
+    names = fn.__code__.co_freevars
+    return {n: c.cell_contents for n, c in zip(names, fn.__closure__ or ()) if _filled(c)}
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
 def fingerprint(experiment: ClaimExperiment) -> str:
-    """A short hash of the experiment function's source, its settings and seeds: a report with another is stale."""
-    text = inspect.getsource(experiment.function) + repr([(s.label, sorted(s.params.items()), s.expect)
-                                                          for s in experiment.settings]) + repr(experiment.seeds)
+    """A short hash of the experiment's source, of every course function and class it reaches (so a change to a
+    helper it calls makes its report stale), of its settings, seeds and kind: a report with another is stale."""
+    found: list[str] = []
+    _follow(experiment.function, set(), found)
+    if not found:  # a function defined outside the package (the tests' fakes): its own source
+        found.append(inspect.getsource(experiment.function))
+    if experiment.lessons:  # the notebook's own lesson cells are code the experiment runs too
+        from .course import lesson_sources, notebook
+        found += lesson_sources(notebook(experiment.notebook).path)
+    text = "\n".join(sorted(found)) + repr([(s.label, sorted(s.params.items()), s.expect, s.fixed)
+                                              for s in experiment.settings]) + repr(experiment.seeds)
+    text += "" if experiment.kind == "float" else repr(experiment.kind)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def same_figure(kind: str, new: float, recorded: float) -> bool:
+    """Does a rerun's figure reproduce the recorded one, for a figure of this kind (KINDS)?"""
+    if kind == "roundoff":
+        if not (math.isfinite(new) and math.isfinite(recorded)):
+            return math.isnan(new) == math.isnan(recorded) and (new == recorded or math.isnan(new))
+        if new == recorded:
+            return True
+        if new <= 0 or recorded <= 0:
+            return abs(new - recorded) <= 1e-6
+        return 1 / ROUNDOFF_FACTOR <= new / recorded <= ROUNDOFF_FACTOR
+    tolerance = KINDS[kind]
+    if tolerance is None:
+        return True
+    if math.isnan(new) or math.isnan(recorded):
+        return math.isnan(new) and math.isnan(recorded)
+    if math.isinf(new) or math.isinf(recorded):
+        return new == recorded
+    rel, abs_ = tolerance
+    return abs(new - recorded) <= max(rel * abs(recorded), abs_)
+
+
 def claim_experiment(claim: str, *, statement: str, figure: str, settings: list[Setting] | None = None,
-                     seeds=DEFAULT_SEEDS, timed: bool = False):
+                     seeds=DEFAULT_SEEDS, timed: bool = False, kind: str | None = None):
     """Register `fn(seed, *, <setting>)` -> Outcome as the experiment behind ledger row `claim` (see the module doc).
 
-    `timed=True` says the figure is a measured time or a ratio of times: it varies from run to run and machine to
-    machine, so a rerun is checked for the same verdict only, and the verdict must be one any machine reaches."""
+    `kind` says what sort of number the figure is (KINDS; default "float"). `timed=True` is kind "timed": a measured
+    time or a ratio of times varies from run to run and machine to machine, so a rerun is checked for the same
+    verdict only, and the verdict must be one any machine reaches."""
+    kind = kind or ("timed" if timed else "float")
+    if kind not in KINDS:
+        raise ValueError(f"{claim}: kind {kind!r} is not one of {sorted(KINDS)}")
+
     def register(fn):
         if claim in EXPERIMENTS and EXPERIMENTS[claim].function.__qualname__ != fn.__qualname__:
             raise ValueError(f"claim {claim} already has an experiment ({EXPERIMENTS[claim].function.__qualname__})")
@@ -124,7 +260,7 @@ def claim_experiment(claim: str, *, statement: str, figure: str, settings: list[
         EXPERIMENTS[claim] = ClaimExperiment(
             claim=claim, notebook=notebook_of_module(fn.__module__), statement=statement, figure=figure,
             settings=chosen, seeds=tuple(seeds), function=fn,
-            lessons=tuple(n for n in lesson_parameters(fn) if n != "seed"), timed=timed)
+            lessons=tuple(n for n in lesson_parameters(fn) if n != "seed"), kind=kind)
         return fn
     return register
 
@@ -153,9 +289,27 @@ def figure_span(values: list[float]) -> tuple[str | None, int]:
     return (f"{lo:.3g}" if lo == hi else f"{lo:.3g} to {hi:.3g}"), len(values) - len(finite)
 
 
+def seed_independent(runs: list[dict]) -> bool:
+    """Every run of a setting gave the same verdict, figure and detail: the seed did not enter (counted once)."""
+    first = runs[0]
+    return len(runs) > 1 and all(r["holds"] == first["holds"] and r["detail"] == first["detail"] and
+                                 (r["figure"] == first["figure"] or (math.isnan(r["figure"]) and
+                                                                    math.isnan(first["figure"]))) for r in runs)
+
+
+def counted_runs(setting: dict) -> list[dict]:
+    """The runs of a report's setting that count towards agreement: none for a setting that cannot fail, one for a
+    seed-independent one, else all."""
+    runs = setting["runs"]
+    if setting.get("fixed"):
+        return []
+    return runs[:1] if seed_independent(runs) else runs
+
+
 def agreement(report: dict) -> tuple[int, int]:
-    """(runs that agree with what the notebook states, all runs)."""
-    runs = [(r["holds"], s["expect"]) for s in report["settings"] for r in s["runs"]]
+    """(runs that could disagree and agree with what the notebook states, all such runs): a setting that cannot
+    fail counts none, a seed-independent one counts once."""
+    runs = [(r["holds"], s["expect"]) for s in report["settings"] for r in counted_runs(s)]
     return sum(h == e for h, e in runs), len(runs)
 
 
@@ -172,11 +326,16 @@ def quote(claim: str) -> str:
     for s in report["settings"]:
         runs = s["runs"]
         held = sum(r["holds"] for r in runs)
-        if s["expect"]:
-            verdict = f"the claim holds at {held} of {len(runs)} seeds"
+        seeds_word = "seeds"
+        if seed_independent(runs):
+            runs, held, seeds_word = runs[:1], int(runs[0]["holds"]), "runs (the same at every seed)"
+        if s.get("fixed"):
+            verdict = f"not counted ({s['fixed']}): the check held at {held} of {len(runs)} {seeds_word}"
+        elif s["expect"]:
+            verdict = f"the claim holds at {held} of {len(runs)} {seeds_word}"
         else:
             verdict = (f"the claim fails here, as the notebook says it should, at {len(runs) - held} of {len(runs)} "
-                       "seeds")
+                       f"{seeds_word}")
         span, not_finite = figure_span([r["figure"] for r in runs])
         if span is None:
             figure = "; no finite figure (see each run's detail in the report)"
@@ -184,5 +343,5 @@ def quote(claim: str) -> str:
             figure = f"; figure {span}" + (f" ({not_finite} not finite)" if not_finite else "")
         lines.append(f"  {s['label']}: {verdict}{figure}")
     agreed, total = agreement(report)
-    lines.append(f"  {agreed} of {total} runs agree with what the notebook states.")
+    lines.append(f"  {agreed} of {total} runs that could disagree agree with what the notebook states.")
     return "\n".join(lines)

@@ -145,6 +145,7 @@ _PAGE_HELPER_ESM = r"""
 // column and keeps plotly's default 700 px (and its `responsive` mode stopped a figure taking updates in Voila).
 // With the widths go the traces each figure drew (`traces`): on a busy machine a view can start from the figure's
 // empty opening state and draw nothing, and Python then sends it the figure again.
+// And it keeps a figure whose widget module loads late listening (hearLateModules, below).
 const drawn = new WeakSet();  // the figures plotly has finished drawing, on this page
 const seen = new WeakMap();  // when each figure was first seen
 const listeners = new Set();
@@ -152,6 +153,62 @@ document.addEventListener("plotlywidget-after-render", (event) => {
   if (event.detail && event.detail.element) drawn.add(event.detail.element);
   listeners.forEach((listener) => listener());
 });
+// anywidget 0.11 rejects a model's `ready` 2 s after the model is made, loaded or not (its Runtime:
+// `AbortSignal.timeout(2e3)` ... `reject(new Error("[anywidget] Failed to initialize model."))`), and
+// AnyModel._handle_comm_msg awaits `ready` before it handles any message from the kernel: a figure whose 5 MB module
+// loads later (a busy machine) then throws away every update, and its slider moves nothing. So a live figure's
+// message that meets that rejection is held instead, after the ones before it, until the figure's module has loaded
+// (its initialize has attached plotly's listeners, with anywidget's marker as their context), and then handled as
+// anywidget would have handled it (by the method AnyModel's own calls once `ready`). The kernel's other messages go
+// on meanwhile. Patching AnyModel's method covers models made from now on; a figure made before (before the page's
+// first helper loaded) is re-hooked, but the messages it already threw away are gone: while it has no view Python
+// keeps resending its full opening state with each edit (LiveFigure), and a view that still draws nothing is sent
+// the figure again (`traces`, above).
+const TIMED_OUT = "[anywidget] Failed to initialize model.";
+const PATCHED = Symbol.for("course.hears-late-modules");  // Symbol.for: each helper's copy of this module shares it
+const HELD = Symbol.for("course.held-messages");
+const HOOKED = Symbol.for("course.rehooked");
+const isFigure = (m) => m.attributes && "_py2js_restyle" in m.attributes;
+const initialized = (m) => Object.values(m._events || {}).some((handlers) => handlers.some((h) =>
+  typeof h.context === "symbol" && h.context.description === "anywidget.initialize"));
+const loaded = (m) => new Promise((resolve) => {
+  const start = performance.now();
+  // after 2 min (a module that failed) the messages still reach the model's state
+  const look = () => (initialized(m) || performance.now() - start > 120000 ? resolve() : setTimeout(look, 50));
+  look();
+});
+function hold(model, handle, msg) {
+  // errors are ipywidgets' to report (it logs a message it cannot apply); the next message still goes
+  model[HELD] = (model[HELD] || loaded(model)).then(() => handle.apply(model, msg)).catch(() => {});
+}
+function patch(proto) {
+  if (proto[PATCHED]) return;
+  proto[PATCHED] = true;
+  const original = proto._handle_comm_msg;
+  const handle = Object.getPrototypeOf(proto)._handle_comm_msg;  // what anywidget calls once `ready`
+  proto._handle_comm_msg = function (...msg) {
+    if (this[HELD]) return hold(this, handle, msg);
+    return original.apply(this, msg).catch((error) => {
+      if (!(error instanceof Error) || error.message !== TIMED_OUT || !isFigure(this)) throw error;
+      console.warn("[course] a figure's widget module took over anywidget's 2 s to load: its updates wait for it");
+      return hold(this, handle, msg);
+    });
+  };
+}
+function hearLateModules(manager) {
+  Object.values((manager && manager._models) || {}).forEach((promise) => Promise.resolve(promise).then((m) => {
+    if (!m || m.constructor.model_name !== "AnyModel") return;
+    patch(m.constructor.prototype);
+    // a model's comm calls the method the model was made with: hand it the patched one
+    if (isFigure(m) && m.comm && !m[HOOKED]) {
+      m[HOOKED] = true;
+      m.comm.on_msg(m._handle_comm_msg.bind(m));
+    }
+  }, () => {}));
+}
+function initialize({ model }) {
+  hearLateModules(model.widget_manager);
+}
 function render({ model, el }) {
   el.style.display = "none";
   let tries = 0;
@@ -194,7 +251,7 @@ function render({ model, el }) {
   };
   attach();
 }
-export default { render };
+export default { initialize, render };
 """
 
 
@@ -214,7 +271,8 @@ def _page_helper_class() -> type:
 def PageHelper(root=None):  # noqa: N802 - used like the widget class it builds
     """The invisible front-end helper of a course widget: put one inside a widget whose root has the DOM class
     `course-widget` (Panel and the quiz widget do), and pass that root. While a control in it has the keyboard,
-    JupyterLab's shortcuts stay off; and its live figures are sized to the columns they sit in, whatever the window."""
+    JupyterLab's shortcuts stay off; its live figures are sized to the columns they sit in, whatever the window; and
+    a live figure whose widget module loads past anywidget's 2 s still takes every update (held until it has loaded)."""
     helper = _page_helper_class()()
     if root is not None:
         helper.observe(lambda change: fit_figures(root, change["new"], helper.traces), names="widths")

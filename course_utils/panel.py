@@ -11,6 +11,7 @@ import html
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Iterable
 
 import ipywidgets as widgets
@@ -23,6 +24,9 @@ __all__ = ["Panel", "BackgroundRun", "TrainingDemo", "register_panel", "build_pa
 
 # name -> (notebook, factory); filled by @register_panel in the demo modules.
 PANELS: dict[str, tuple[str, Callable[[], "Panel"]]] = {}
+# Every Panel made in this process, oldest first (weak: a panel the notebook dropped is gone): course_utils.explore
+# finds the panels a cell just built here, to do with them what a learner would.
+LIVE: list[weakref.ref] = []
 
 
 def register_panel(name: str | None = None):
@@ -127,6 +131,8 @@ class Panel:
                  layout: str = "stack"):
         if layout not in ("stack", "side"):
             raise ValueError(f"layout is 'stack' or 'side', not {layout!r}")
+        LIVE[:] = [ref for ref in LIVE if ref() is not None]
+        LIVE.append(weakref.ref(self))
         self.controls = dict(controls)
         self.outputs = list(outputs)
         self.update = update
@@ -331,10 +337,12 @@ class TrainingDemo(Panel):
         self.runner = BackgroundRun("training")
         self.plan = widgets.HTML()
         self.summary = widgets.HTML()
-        self.result = None
+        self.result = None  # the last run's, whoever started it: a learner's press replaces it
+        self.default_result = None  # the run at the settings the panel was built with (run_default): nothing else
         self.button.on_click(lambda _button: self.run(background=True))
         super().__init__(controls, [self.plan, widgets.HBox([self.button, *buttons]), self.runner.widget, *figures,
                                     self.summary], self._check, title=title, columns=columns, layout=layout)
+        self.built_with = self.values()  # the notebook's settings: what run_default trains, whatever the controls say
 
     def settings(self, **values) -> dict:
         """The job's settings from the control values; a bad one raises ValueError with a message for the learner."""
@@ -379,6 +387,33 @@ class TrainingDemo(Panel):
         the reason shown in the panel); in the background it returns None at once and the result lands in `.result`.
         It never raises."""
         return self.result if self.start(background) and not background else None
+
+    def run_default(self):
+        """Train at the settings the panel was built with, here (not in the background), and keep the result as
+        `default_result`, which no control and no press of Train changes: the run a notebook's claim cells read.
+        A learner's run still going is stopped first. Returns the result, or raises RuntimeError saying why not."""
+        if self.runner.running:
+            self.runner.stop()
+            self.runner.join()
+        current = self.values()
+        self.set(**self.built_with)  # the figures and the plan show the run being made
+        try:
+            result = self.run(background=False)
+        finally:
+            with self._quiet():
+                for name, value in current.items():
+                    self.controls[name].value = value
+        if result is None:
+            self.checked_result()  # raises, saying why
+        self.default_result = result
+        return result
+
+    def default(self):
+        """The run at the notebook's settings (run_default), for a claim cell; a RuntimeError says why there is none."""
+        if self.default_result is None:
+            raise RuntimeError("This training panel has no default run yet: rerun the cell that built it (it calls "
+                               "run_default()).")
+        return self.default_result
 
     def checked_result(self):
         """The last run's result, for the notebook cell that uses it; without one, a RuntimeError that says why."""

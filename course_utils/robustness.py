@@ -26,8 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
-from .evidence import (EXPERIMENTS, REPORT_DIR, ClaimExperiment, agreement, figure_span, fingerprint, load_report,
-                       run_stamp)
+from .evidence import (EXPERIMENTS, REPORT_DIR, ClaimExperiment, agreement, figure_span, fingerprint,
+                       load_report, run_stamp, seed_independent)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = ROOT / "benchmarks" / "ROBUSTNESS.md"
@@ -60,7 +60,20 @@ def load_experiments() -> dict[str, ClaimExperiment]:
     for nb in NOTEBOOKS:
         if nb.demos_module:
             importlib.import_module(nb.demos_module)
+    for cid, experiment in EXPERIMENTS.items():  # of the code as imported: a file edited during a run is not it
+        if _IMPORTED.get(cid, (None,))[0] is not experiment.function:
+            _IMPORTED[cid] = (experiment.function, fingerprint(experiment))
     return dict(sorted(EXPERIMENTS.items()))
+
+
+# claim -> the fingerprint of its experiment's code when it was imported, which is the code a run in this process
+# runs; inspect reads source files from disk, so a fingerprint taken after a run could be of a file edited meanwhile.
+_IMPORTED: dict[str, tuple] = {}
+
+
+def _imported_fingerprint(experiment: ClaimExperiment) -> str:
+    function, stamp = _IMPORTED.get(experiment.claim, (None, None))
+    return stamp if function is experiment.function else fingerprint(experiment)
 
 
 def is_current(experiment: ClaimExperiment) -> bool:
@@ -93,9 +106,11 @@ def run_claim(experiment: ClaimExperiment, seeds=None, progress=None) -> dict:
             runs.append(run)
             if progress:
                 progress(experiment.claim, setting.label, run)
-        settings.append({"label": setting.label, "params": setting.params, "expect": setting.expect, "runs": runs})
+        settings.append({"label": setting.label, "params": setting.params, "expect": setting.expect,
+                         "fixed": setting.fixed, "runs": runs})
     return {"claim": experiment.claim, "notebook": experiment.notebook, "statement": experiment.statement,
-            "figure": experiment.figure, "fingerprint": fingerprint(experiment),
+            "figure": experiment.figure, "kind": experiment.kind,
+            "fingerprint": _imported_fingerprint(experiment),
             "experiment": f"{experiment.function.__module__}.{experiment.function.__qualname__}",
             "seeds": list(seeds), "settings": settings, **run_stamp(),
             "seconds": round(time.perf_counter() - started, 2)}
@@ -108,6 +123,11 @@ def ledger_sentence(report: dict) -> str:
     controls = sum(not s["expect"] for s in report["settings"])
     plural = "s" * (controls != 1)
     where = f"{n} setting{'s' * (n != 1)}" + (f" ({controls} control{plural} or limit{plural})" if controls else "")
+    fixed = sum(bool(s.get("fixed")) for s in report["settings"])
+    once = sum(seed_independent(s["runs"]) for s in report["settings"] if not s.get("fixed"))
+    notes = ([f"{fixed} not counted (cannot fail, or recorded, not claimed)"] if fixed else []) + \
+        ([f"{once} the same at every seed, counted once"] if once else [])
+    where += f"; {', '.join(notes)}" if notes else ""
     return (f" Robustness: {agreed} of {total} runs agree with the notebook, seeds {seeds[0]}-{seeds[-1]} at {where} "
             f"([report](data/robustness/{report['claim']}.json)).")
 
@@ -139,7 +159,9 @@ def summary_markdown(experiments: dict[str, ClaimExperiment]) -> str:
              "(registered with `course_utils.evidence.claim_experiment` in its notebook's demos module) rerun over "
              "seeds and nearby settings. **Stated** says whether the notebook states the claim holds at that setting "
              "(`holds`) or that it does not (`control / limit`); **held** counts the seeds where it held; a row "
-             "agrees when every seed matches what is stated. The JSON file of each claim has every run.", "",
+             "agrees when every seed matches what is stated. A setting that cannot fail (an identity) is not counted; "
+             "one whose every seed gave the same figure did not depend on the seed and is counted once. The JSON "
+             "file of each claim has every run.", "",
              "| claim | notebook | setting | stated | held | figure (min to max) | agrees |",
              "|---|---|---|---|---|---|---|"]
     missing, stale = [], []
@@ -153,9 +175,15 @@ def summary_markdown(experiments: dict[str, ClaimExperiment]) -> str:
         for s in report["settings"]:
             held = sum(r["holds"] for r in s["runs"])
             agrees = all(r["holds"] == s["expect"] for r in s["runs"])
-            lines.append(f"| {cid} | {report['notebook']} | {s['label']} | "
-                         f"{'holds' if s['expect'] else 'control / limit'} | {held}/{len(s['runs'])} | "
-                         f"{figure_span([r['figure'] for r in s['runs']])[0] or '-'} | {'yes' if agrees else '**no**'} |")
+            stated = "holds" if s["expect"] else "control / limit"
+            if s.get("fixed"):
+                agreed_text = f"not counted: {s['fixed']}"
+            elif seed_independent(s["runs"]):
+                agreed_text = ("yes" if agrees else "**no**") + " (same at every seed: counted once)"
+            else:
+                agreed_text = "yes" if agrees else "**no**"
+            lines.append(f"| {cid} | {report['notebook']} | {s['label']} | {stated} | {held}/{len(s['runs'])} | "
+                         f"{figure_span([r['figure'] for r in s['runs']])[0] or '-'} | {agreed_text} |")
     lines += ["", "Figures:", ""]
     for cid, exp in experiments.items():
         report = load_report(cid)

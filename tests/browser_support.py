@@ -25,10 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
-# anywidget 0.11 gives a widget's module 2 s to load, then logs this (as an unhandled rejection) even when the module
-# loads later and the view draws. On a busy machine plotly's 5 MB module can take longer, and that model then drops
-# the updates sent to it. The tests check what that would cost directly (every figure drawn with its data, a slider
-# moving its plot), so the message alone is a warning in the test report, not a failure.
+# anywidget 0.11 gives a widget's module 2 s to load, then logs this (as an unhandled rejection, so only when no message
+# was waiting for it) even when the module loads later and the view draws. On a busy machine plotly's 5 MB module can
+# take longer, and anywidget would then drop every update sent to that figure; the course's PageHelper holds those
+# updates until the module has loaded (tests/test_late_module.py proves it with the module delayed). The tests check
+# what a timeout could still cost directly (every figure drawn with its data, a slider moving its plot), so the
+# message alone is a warning in the test report, not a failure.
 ANYWIDGET_TIMEOUT = "[anywidget] Failed to initialize model."
 
 # No news or update checks (they would try the network), no autosave.

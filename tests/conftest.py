@@ -40,6 +40,8 @@ SLOW = {
     "test_packaging.py::test_a_plain_wheel_carries_the_quizzes_and_data_as_package_data",  # builds a wheel
     "test_panel.py::test_every_registered_panel_refreshes_over_its_whole_sweep[intervention_panel]",  # MiniLM
     "test_evidence.py::test_seed_zero_reproduces_its_report",  # one run of every claim experiment, trainings too
+    "test_evidence.py::test_seed_zero_reproduces_its_report_on_portable_kernels",  # all of them again, a subprocess
+    "test_explore.py::test_the_notebook_still_proves_its_claims_after_a_learner_explores",  # a whole notebook each
 }
 # Module fixtures that cost over ~3 s once: every test of that file that uses one is slow with it.
 SLOW_FIXTURES = {
@@ -102,6 +104,11 @@ def pytest_collection_modifyitems(config, items):
     if twice:
         config.hook.pytest_deselected(items=twice)
         items[:] = [item for item in items if not (item.path.suffix == ".ipynb" and item.path.stem in in_browser)]
+
+
+def pytest_report_header(config):
+    """Which CPU kernels PyTorch runs here (the explore test and the portable seed-0 rerun also run the portable ones)."""
+    return f"torch {torch.__version__}, CPU kernels: {torch.backends.cpu.get_cpu_capability()}"
 
 
 def pytest_report_collectionfinish(config, items):

@@ -416,7 +416,8 @@ def test_notebook_in_a_real_browser(lab, browser, path, request):
         slow = [m for m in console_errors if ANYWIDGET_TIMEOUT in m]
         if slow:  # every figure drew and a slider moved its plot (checked above); say it, do not fail on it
             warnings.warn(f"{path.stem}: the page logged {slow[0]!r} {len(slow)} time(s): a widget's module took "
-                          "over anywidget's 2 s to load; every figure still drew and the slider checked moved its plot")
+                          "over anywidget's 2 s to load (PageHelper holds a live figure's updates until it has); "
+                          "every figure still drew and the slider checked moved its plot")
         problems += [f"{path.stem}: browser console error: {m}" for m in console_errors
                      if ANYWIDGET_TIMEOUT not in m and not any(re.search(b, m, re.I) for b in BENIGN_CONSOLE)][:5]
         assert not problems, f"{path.name}: {len(problems)} problem(s):\n" + "\n".join(problems)

@@ -48,3 +48,85 @@ def test_every_tagged_claim_cell_is_in_the_ledger():
     listed = {r[0] for r in _ledger()}
     orphans = sorted(set(_tagged_cells()) - listed)
     assert not orphans, f"cells tagged for claims missing from CLAIMS.md: {orphans}"
+
+
+def _names_used(source: str) -> set[str]:
+    """Every name and attribute a cell's code uses (`demo.drift_checks(...)` gives demo and drift_checks)."""
+    import ast
+
+    tree = ast.parse(source)
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
+def _one_source_cases():
+    from course_utils.robustness import load_experiments
+    experiments = load_experiments()
+    cells = _tagged_cells()
+    return [(cid, experiments[cid], cells[cid][0]) for cid in sorted(experiments) if len(cells.get(cid, [])) == 1]
+
+
+def _judges(fn) -> bool:
+    """Does a function compare anything (a check, a verdict), rather than only compute?"""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return any(isinstance(n, ast.Compare) for n in ast.walk(tree))
+
+
+def _asserted_numbers(source: str) -> set[float]:
+    """The numbers a cell's assert statements compare against (0 and 1 aside)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assert):
+            for n in ast.walk(node.test):
+                if isinstance(n, ast.Constant) and isinstance(n.value, (int, float)) and not isinstance(n.value, bool):
+                    found.add(float(n.value))
+    return found - {0.0, 1.0}
+
+
+def _experiment_numbers(experiment) -> set[float]:
+    """The numbers the experiment's own code and its module's constants compare against."""
+    import ast
+    import inspect
+    import sys
+    import textwrap
+
+    module = sys.modules[experiment.function.__module__]
+    found = {float(v) for k, v in vars(module).items() if k.isupper() and isinstance(v, (int, float))
+             and not isinstance(v, bool)}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(experiment.function)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            found |= {float(n.value) for n in ast.walk(node) if isinstance(n, ast.Constant)
+                      and isinstance(n.value, (int, float)) and not isinstance(n.value, bool)}
+    return found - {0.0, 1.0}
+
+
+@pytest.mark.parametrize("cid, experiment, place", _one_source_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_each_claim_cell_and_its_experiment_share_one_source(cid, experiment, place):
+    """The claim cell calls the registered experiment, or a judging function of its notebook's demos module that the
+    experiment also reaches (evidence.reached), and types none of the experiment's thresholds again: each is written
+    once."""
+    import sys
+
+    from course_utils import evidence as ev
+
+    notebook, index, cell = place
+    module = experiment.function.__module__
+    shared = {name.rsplit(".", 1)[-1] for name in ev.reached(experiment)
+              if name.startswith(module + ".") and "." not in name[len(module) + 1:]}
+    judging = {n for n in shared if _judges(getattr(sys.modules[module], n, None))} | {experiment.function.__name__}
+    used = _names_used(cell.source) & judging
+    assert used, (f"{cid}: the claim cell ({notebook}, cell {index}) calls no check that its experiment "
+                  f"{experiment.function.__name__} also runs (of {sorted(judging)}): the claim is judged twice")
+    twice = _asserted_numbers(cell.source) & _experiment_numbers(experiment)
+    assert not twice, (f"{cid}: the claim cell ({notebook}, cell {index}) types the threshold(s) {sorted(twice)} "
+                       f"that {module} also holds: use the module's constant or its check")

@@ -175,3 +175,63 @@ def test_leak_by_batch_size():
     assert r["move"][0] > r["move"][1] > 0
     with pytest.raises(ValueError):
         bn_demo.leak_by_batch_size(sizes=(0,))
+
+
+# ---- the checks notebook 02's claim cells and its claim experiments share: each must fail on a plausible wrong input
+
+def test_the_padding_checks_fail_without_padding_or_with_a_wrong_formula():
+    s = bn_demo.padding_contamination(0, 0.5, 0.5)
+    assert all(bn_demo.contamination_checks(s).values())
+    assert not bn_demo.contamination_checks(bn_demo.padding_contamination(0, 0.0))["the worst feature's mean is off "
+                                                                                   "by more than 0.5"]
+    assert not bn_demo.contamination_checks({**s, "formula_error": 1e-3})["the pooled statistics are the formula's "
+                                                                        "(to 1e-12)"]
+    assert all(bn_demo.per_position_checks(bn_demo.position_padding(0, 0.5)).values())
+    assert all(bn_demo.per_position_checks(bn_demo.position_padding(0, 0.5, batch_size=32)).values())
+    assert not all(bn_demo.per_position_checks(bn_demo.position_padding(0, 0.25)).values())  # two reach the end
+    assert not all(bn_demo.per_position_checks(bn_demo.position_padding(0, 0.0)).values())   # no padding at all
+
+
+def test_the_coupling_checks_fail_when_the_mask_is_left_out():
+    changes = bn_demo.coupling_changes(0, 56, 1.0)
+    assert all(bn_demo.coupling_checks(changes).values())
+    unmasked = {**changes, bn_demo.COMPARED_NORMS[1]: changes[bn_demo.COMPARED_NORMS[0]]}  # "masked" = pads counted
+    assert not bn_demo.coupling_checks(unmasked)["masked BatchNorm ignores the padding exactly"]
+    assert not bn_demo.coupling_checks(bn_demo.coupling_changes(0, 16, 1.0))["BatchNorm moves with more padding"]
+
+
+def test_the_train_and_eval_checks_fail_for_modules_trained_without_padding():
+    drift_gaps = bn_demo.masked_drift_gaps(seed=0)
+    padded = bn_demo.train_vs_eval_gaps(bn_demo.trained_modules(seed=0), seed=0)
+    assert all(bn_demo.train_eval_checks(padded, drift_gaps).values())
+    clean = bn_demo.train_vs_eval_gaps(bn_demo.trained_modules(padding_share=0.0, seed=0), seed=0)
+    assert not bn_demo.train_eval_checks(clean, drift_gaps)["nn.BatchNorm1d: 3x the gap on the less padded batch"]
+    no_lag = {0.0: drift_gaps[0.0], 4.0: drift_gaps[0.0]}  # a module that did not lag behind the drift
+    assert not list(bn_demo.train_eval_checks(padded, no_lag).values())[-1]
+
+
+def test_the_one_token_and_lone_token_checks_fail_on_their_controls():
+    assert all(bn_demo.one_token_checks(bn_demo.one_token_in_training(0, 1)).values())
+    assert not any(bn_demo.one_token_checks(bn_demo.one_token_in_training(0, 2)).values())
+    modules = bn_demo.trained_modules(drift=0.0, padding_share=0.5, seed=0)
+    token = bn_demo.one_token_in_training(0, drift=0.0)["tokens"]
+    gaps = bn_demo.lone_token_gaps(modules, token, drift=0.0)
+    clean = bn_demo.lone_token_gaps(bn_demo.trained_modules(drift=0.0, padding_share=0.0, seed=0), token, drift=0.0)
+    torch_name, masked_name = list(modules)[:2]
+    assert all(bn_demo.lone_token_checks(gaps, clean, torch_name).values())
+    assert not all(bn_demo.lone_token_checks(gaps, clean, masked_name).values())  # masking removes the padding
+    assert not all(bn_demo.lone_token_checks(gaps, gaps, torch_name).values())    # a control equal to its arm
+
+
+def test_the_time_checks_fail_where_the_future_is_not_seen():
+    assert all(bn_demo.leak_checks(bn_demo.future_leak(0)).values())
+    control = bn_demo.future_leak(0, changed=0)  # the token at position 0 itself: every norm moves
+    assert not bn_demo.leak_checks(control)["LayerNorm: it does not"]
+    prefix = bn_demo.generation_prefix(0)
+    assert all(bn_demo.prefix_checks(prefix).values())
+    early = {k: [0.0] * len(v) for k, v in prefix.items()}  # statistics that never depended on the prefix
+    assert not all(bn_demo.prefix_checks(early).values())
+    assert all(bn_demo.running_var_checks(bn_demo.running_var_estimate(0)).values())
+    assert not all(bn_demo.running_var_checks(bn_demo.running_var_estimate(0, (64,) * 16)).values())
+    assert bn_demo.read_back(bn_demo.recover_last_token(0, 1))
+    assert not bn_demo.read_back(bn_demo.recover_last_token(0, 8))

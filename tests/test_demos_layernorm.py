@@ -210,3 +210,38 @@ def test_each_claim_experiment_agrees_at_the_notebook_seed(cid):
     e, lessons = EXPERIMENTS[cid], _lessons()
     for setting in e.settings:
         assert e.run(0, setting, lessons).holds == setting.expect, (cid, setting.label)
+
+
+# ---- the named checks each claim cell asserts (and its experiment counts) fail on a plausible wrong input -----------
+
+def test_the_named_checks_fail_on_a_plausible_wrong_input():
+    lessons = _lessons()
+    layer_norm, unbiased = lessons["layer_norm"], lessons["layer_norm_unbiased"]
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert all(ln_demo.chapter_checks(ln_demo.chapter_statistics(layer_norm, x), x).values())
+    wrong = ln_demo.chapter_checks(ln_demo.chapter_statistics(layer_norm, x, correction=1), x)
+    assert not wrong["σ² = 1.25 exactly"] and wrong["μ = 2.5 exactly"]
+    r = ln_demo.compare_with_pytorch(layer_norm, 0, shape=(2, 3, 16))
+    assert all(ln_demo.pytorch_checks(r).values())
+    off = ln_demo.compare_with_pytorch(lambda v, w, b, eps=1e-5: unbiased(v, eps=eps) * w + b, 0, shape=(2, 3, 16))
+    assert not ln_demo.pytorch_checks(off)["forward = F.layer_norm (float32)"]
+    assert all(ln_demo.invariance_checks(ln_demo.invariance_gaps(layer_norm, 0)).values())
+    assert not all(ln_demo.invariance_checks(ln_demo.invariance_gaps(layer_norm, 0, per_feature_shift=True)).values())
+    tokens = ln_demo.invariance_gaps(layer_norm, 0)["x"]
+    assert all(ln_demo.scale_checks(ln_demo.scale_gaps(layer_norm, tokens)).values())
+    assert not ln_demo.scale_checks(ln_demo.scale_gaps(layer_norm, tokens, eps=0.0))["a = 1e-3: off by more than 0.5"]
+    assert all(ln_demo.independence_checks(ln_demo.batch_independence(0, "layer")).values())
+    assert not all(ln_demo.independence_checks(ln_demo.batch_independence(0, "batch")).values())
+    varied = ln_demo.varied_tokens(0, 20, 8)
+    assert all(ln_demo.sphere_checks(ln_demo.sphere_and_plane(layer_norm, varied)).values())
+    assert not all(ln_demo.sphere_checks(ln_demo.sphere_and_plane(layer_norm, varied, center=False)).values())
+    assert ln_demo.tenfold_holds([1.0, 0.995]) and not ln_demo.tenfold_holds([1.0, 0.98])
+    pair = ln_demo.two_tokens(layer_norm, 0)
+    assert all(ln_demo.undo_checks(pair, ln_demo.undo_with_gamma_beta(layer_norm, varied)).values())
+    shared = ln_demo.undo_with_gamma_beta(layer_norm, 3.0 * layer_norm(varied, eps=0.0) + 2.0)
+    assert not ln_demo.undo_checks(pair, shared)["best γ, β leave relative error > 0.2"]
+
+
+def test_each_experiment_says_what_kind_of_number_its_figure_is():
+    kinds = {cid: EXPERIMENTS[cid].kind for cid in CLAIMS_03}
+    assert kinds["C16"] == "roundoff" and kinds["C15"] == "exact"  # a float32 round-off size; an exact binary fraction

@@ -295,3 +295,50 @@ def test_cheap_claim_experiments_hold_at_the_notebooks_seed():
         for setting in EXPERIMENTS[claim].settings:
             torch.manual_seed(0)
             assert EXPERIMENTS[claim].run(0, setting, lessons).holds == setting.expect, (claim, setting.label)
+
+
+def test_build_model_takes_another_width_and_activation():
+    model = demo.build_model(2, "post", seed=0, d_model=32, activation="gelu")
+    assert model.tok_emb.weight.shape[1] == 32 and isinstance(model.blocks[0].ffn.activation, torch.nn.GELU)
+    plain = demo.build_model(2, "post", seed=0)
+    assert plain.tok_emb.weight.shape[1] == demo.MODEL["d_model"] and isinstance(plain.blocks[0].ffn.activation,
+                                                                                 torch.nn.ReLU)
+
+
+def test_the_named_checks_fail_on_a_plausible_wrong_input():
+    torch.manual_seed(0)
+    block = demo.TransformerBlock(64, 4, placement="pre")
+    x = 3 * torch.randn(2, 10, 64, generator=torch.Generator().manual_seed(0)) + 1
+    out_post, out_pre = demo.both_placements(block, x)
+    assert all(demo.stream_checks(out_post, out_pre).values())
+    assert not any(demo.stream_checks(out_pre, out_post).values())  # the placements swapped: every check fails
+    layers = np.arange(25)
+    data = {(24, "pre"): {"rms": np.sqrt(1.0 + 0.5 * layers)[None, :], "update": np.array([1 / (1 + layers[1:])])},
+            (24, "post"): {"rms": 1 + 1e-3 * np.sin(layers)[None, :], "update": np.ones((1, 24))}}
+    assert all(demo.growth_checks(data).values())
+    assert not all(demo.growth_checks(data, placement="post").values())  # a flat stream does not grow
+    assert all(demo.update_checks(data).values())
+    assert not all(demo.update_checks({(24, "pre"): data[24, "post"], (24, "post"): data[24, "pre"]}).values())
+    flat, steep = [2.7] * 25, [2.7 + 0.5 * d for d in range(25)]
+    assert all(demo.readout_checks(flat, steep).values()) and not any(demo.readout_checks(steep, flat).values())
+    assert demo.trained_update_holds("pre", [0.9, 0.2, 0.1], [1.0, 4.0, 5.5, 6.0])
+    assert not demo.trained_update_holds("post", [0.9, 0.2, 0.1], [1.0, 4.0, 5.5, 6.0])
+    assert demo.trained_update_holds("post", [0.9, 0.8, 0.7], [1.0, 1.0, 1.1, 0.9])
+    assert demo.adam_step_holds(demo.first_step(1.0), demo.first_step(1e3))
+    assert not demo.adam_step_holds(demo.first_step(1.0, "sgd"), demo.first_step(1e3, "sgd"))
+
+
+def test_c44_records_other_widths_without_claiming_them():
+    from course_utils.evidence import EXPERIMENTS
+    exp = EXPERIMENTS["C44"]
+    recorded = [s for s in exp.settings if s.params.get("claimed") is False]
+    assert {s.params["d_model"] for s in recorded} == set(demo.C44_WIDTHS)
+    assert all(s.fixed and not s.expect and s.label == demo.c44_width_label(s.params["d_model"]) for s in recorded)
+    assert {s.params.get("activation") for s in exp.settings} >= {"gelu"}
+
+    def rising(n_layers, placement, seed, emb_scale=1.0, **arch):  # Post-LN's gradients grow to the output
+        up = np.linspace(1.0, 2.0, n_layers) if placement == "post" else np.linspace(2.0, 1.0, n_layers)
+        return {"W1": up.tolist(), "W2": up.tolist(), "rms": [1.0] * (n_layers + 1), "update": [0.5] * n_layers}
+
+    outcome = exp.function(seed=0, measure_at_init=rising, d_model=32, claimed=False)
+    assert not outcome.holds and outcome.detail.startswith("not claimed")

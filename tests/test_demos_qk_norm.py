@@ -221,3 +221,25 @@ def test_the_stored_sweep_has_what_the_notebook_prints():
     with pytest.raises(KeyError):
         demo.sweep_lookup(sweep, "no QK-norm", 0.5, 0)
     assert len(demo.sweep_figure(sweep).data) == 2 * len(table) + 2  # chance, and the line that means "trained"
+
+
+def test_softcap_stops_being_strictly_increasing_in_float64_at_a_small_cap():
+    x = demo.softcap_grid(seed=2)
+    tanh_cap = lambda t, cap: cap * torch.tanh(t / cap)
+    assert demo.softcap_checks(tanh_cap, x, 100.0)["holds"]
+    edge = demo.softcap_checks(tanh_cap, x, demo.SOFTCAP_EDGE_CAP)
+    assert edge["bounded"] and not edge["increasing"]  # neighbouring logits tie
+    assert not demo.softcap_checks(tanh_cap, x, 10.0)["bounded"]  # tanh rounds to 1: the cap is reached
+
+
+def test_the_control_and_sweep_outcomes_reject_plausible_wrong_runs():
+    assert demo.learns_at_sane_lr(0.05, 40.0)
+    assert not demo.learns_at_sane_lr(0.5, 40.0)  # not trained
+    assert not demo.learns_at_sane_lr(0.05, 2e4)  # trained, but its logits ran away
+    sweep = demo.load_sweep()
+    seeds = sorted({p["seed"] for p in sweep["points"]})
+    trained = {lr: [c for c in demo.sweep_table(sweep)
+                    if all(demo.trained_at_end(demo.sweep_lookup(sweep, c, lr, s)) for s in seeds)]
+               for lr in demo.SWEEP_LRS}
+    assert trained == {lr: list(c) for lr, c in demo.SWEEP_TRAINED.items()}
+    assert set(demo.SWEEP_TRAINED) == set(demo.SWEEP_LRS) and demo.CAP_MARGIN_LR in demo.SWEEP_LRS

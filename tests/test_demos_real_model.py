@@ -200,3 +200,32 @@ def test_the_intervention_panel_grades_the_collapse_warning(interventions):
     assert "Partly collapsed" in interventions.outputs[0].value
     assert interventions.set(layer=4, sublayers="both", intervention="rms")
     assert "ollapsed" not in interventions.outputs[0].value
+
+
+def test_the_claim_checks_pass_the_model_and_fail_plausible_wrong_inputs(base):
+    """The checks the claim cells and their experiments share: true of the trained model, false where they must be."""
+    spike = demo.spike_sites(base)
+    assert all(demo.spike_checks(spike).values())
+    assert not all(demo.spike_checks(demo.spike_sites(base, demo.stream_after(base, "pre"))).values())
+    assert not all(demo.spike_checks({**spike, "feature": 98}).values())  # a spike on another feature is not the claim
+    assert demo.centered(demo.centering_ratio(base)) and not demo.centered(demo.centering_ratio(base, "feature"))
+    assert demo.is_sink(0.6, 0.09) and not demo.is_sink(0.3, 0.09)
+    assert demo.sink_cut(0.59, 0.05) and not demo.sink_cut(0.59, 0.2)
+    clean = minilm.damage(base, base.embeddings)
+    assert demo.softcap_harmless(clean) and not demo.softcap_harmless(demo.capped_damage(base, 5.0))
+    assert not demo.collapsed(clean)
+
+
+def test_rebuild_checks_fail_a_rebuild_off_by_more_than_round_off(base):
+    good = demo.RebuildCheck([3e-6] * 7, 0.9999999, None, [], [], None)
+    assert good.holds and all(demo.rebuild_checks(good).values())
+    off = demo.RebuildCheck([3e-6] * 6 + [4e-3], 0.9999999, None, [], [], None)  # one block off: the tanh GELU
+    assert not off.holds and demo.rebuild_checks(off)["every sentence embedding's cosine at least 0.9999"]
+
+
+def test_random_text_baselines_have_the_spike_and_no_pairs():
+    text = demo.text_baseline(1)
+    assert text.pairs is None and text.hidden[0].shape[:2] == (20, 16)
+    assert demo.spike_sites(text)["feature"] == 99
+    with pytest.raises(ValueError, match="text"):
+        demo._run_on(0, "poems", 14)

@@ -358,3 +358,40 @@ def test_every_claim_cell_prints_its_robustness_report():
         for tag in cell.metadata.get("tags", []):
             if tag.startswith("claim-"):
                 assert f'quote("{tag[6:]}")' in cell.source or "quote(claim)" in cell.source, tag
+
+
+def test_the_claim_checks_pass_the_notebooks_runs_and_fail_plausible_wrong_ones():
+    """Each check the claim cells and their experiments share: passes the real computation, fails a plausible slip."""
+    diff = demo.parallel_vs_sequential(2)
+    assert all(demo.bottleneck_checks(diff).values())
+    assert not all(demo.bottleneck_checks(demo.parallel_vs_sequential(2, recurrent=False)).values())
+    assert not all(demo.bottleneck_checks({"attention": 3e-4, "rnn": 0.5}).values())  # attention off by a bug
+    assert all(demo.order_checks(demo.order_blindness(2)).values())
+    assert not all(demo.order_checks({"deviation": 0.0, "distinct": 6}).values())  # permuted but all distinct
+    assert all(demo.causal_checks(demo.future_leak(2)).values())
+    assert not all(demo.causal_checks(demo.future_leak(2, causal=False)).values())
+    assert demo.near_root_sum(2 * 10 ** 0.5) and not demo.near_root_sum(20.0)
+    assert demo.near_root_sum(2 * 40 ** 0.5, n_blocks=40) and not demo.near_root_sum(2 * 10 ** 0.5, n_blocks=40)
+
+
+def test_the_stream_checks_tell_growth_apart():
+    assert demo.runs_away(1.0, 51.0) and not demo.runs_away(1.0, 12.0)  # 12 blocks adding a constant: not a runaway
+    assert demo.grows_slowly(1.0, 3.0) and not demo.grows_slowly(1.0, 1.0) and not demo.grows_slowly(1.0, 12.0)
+    assert demo.normalized(0.99999) and not demo.normalized(3.0)
+    assert all(demo.depth_checks((1.0, 300.0), (1.0, 3.0)).values())
+    assert not all(demo.depth_checks((1.0, 300.0), (1.0, 300.0)).values())  # Pre-LN running away too fails
+    assert demo.compounds({"log_ratio": 2.0}) and not demo.compounds({"log_ratio": 1.39})  # like L: not compounding
+    shape = dict(d_model=16, activation="gelu", seed=1)
+    assert demo.runs_away(*demo.stream_growth("none", "pre", **shape))
+    assert demo.grows_slowly(*demo.stream_growth("layer", "pre", **shape))
+
+
+def test_the_key_checks_catch_a_wrong_key():
+    import torch
+    computed = demo.quiz_statistics(torch.tensor(demo.CHAPTER_X, dtype=torch.float64),
+                                    torch.tensor(demo.CHAPTER_Y, dtype=torch.float64))
+    computed["q8"] = demo.residual_sum("aligned")
+    assert all(demo.key_checks(computed).values())
+    unbiased = {**computed, "q6": 5 / 3}  # torch.var's default, d - 1
+    assert not all(demo.key_checks(unbiased).values())
+    assert not all(demo.key_checks({**computed, "q8": demo.residual_sum("independent")}).values())

@@ -138,3 +138,75 @@ def test_speed_claims_are_registered_with_controls():
         assert EXPERIMENTS[claim].notebook == "05_rmsnorm"
     for claim in ("C25", "C78", "C80"):
         assert [s.expect for s in EXPERIMENTS[claim].settings] == [True, False]
+
+
+def test_identity_checks_fail_on_a_plausible_wrong_input():
+    def lesson(x, weight=None, eps=1e-5):  # the notebook's rms_norm (its lesson cell)
+        y = x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)
+        return y if weight is None else y * weight
+
+    found = rms_demo.chapter_rms(lesson, seed=1)
+    assert all(rms_demo.chapter_checks(found).values())
+    assert not all(rms_demo.chapter_checks(found, divide_by="norm").values())  # divide by |x|: RMS 1/√d
+    assert all(rms_demo.match_checks(rms_demo.torch_match(lesson, width=16)).values())
+    assert not all(rms_demo.match_checks(rms_demo.torch_match(lesson, reference="layer")).values())
+    inv, ln = rms_demo.invariances(lesson, width=8), rms_demo.invariances(lesson, norm="layer", width=8)
+    assert all(rms_demo.invariance_checks(inv, layer=ln).values())
+    assert not all(rms_demo.invariance_checks(ln).values())  # LayerNorm does not move with the shift
+    assert not all(rms_demo.invariance_checks(inv, layer=inv).values())  # RMSNorm judged as the one that ignores it
+    assert all(rms_demo.equals_checks(rms_demo.equals_layer_norm(lesson, width=8)).values())
+    assert not all(rms_demo.equals_checks(rms_demo.equals_layer_norm(lesson, shift=0.0)).values())
+
+
+def test_fold_checks_hold_for_pre_ln_at_other_shapes_and_fail_for_post_ln():
+    assert all(rms_demo.fold_checks(rms_demo.fold_gaps(1, d_model=16, n_layers=2, activation="gelu")).values())
+    post = rms_demo.fold_checks(rms_demo.fold_gaps(1, placement="post"))
+    assert not all(post.values())
+    assert not all(rms_demo.fold_checks(rms_demo.fold_gaps(1), centre=False).values())  # the swap alone changes it
+
+
+def test_timing_checks_judge_orders_and_floors():
+    fast = {"two ops": 2.5, "more arithmetic": 0.9, "copy": 1.0}
+    portable = {"two ops": 1.8, "more arithmetic": 1.5, "copy": 0.6}  # PyTorch's portable kernels: slow arithmetic
+    assert all(rms_demo.micro_checks(fast).values()) and all(rms_demo.micro_checks(portable).values())
+    assert not all(rms_demo.micro_checks({**portable, "more arithmetic": 1.9}).values())  # arithmetic costs more
+    assert not all(rms_demo.micro_checks({**fast, "two ops": 1.1}).values())  # the extra passes cost nothing
+    assert not all(rms_demo.micro_checks(fast, "more arithmetic", "two ops").values())  # the control's swap
+    good = {"passes": (7, 14), "savings": [0.4, 0.45, 0.5]}
+    assert all(rms_demo.saving_checks(good).values())
+    assert not all(rms_demo.saving_checks({**good, "savings": [0.4, 0.1, 0.5]}).values())
+    assert not all(rms_demo.saving_checks({**good, "passes": (7, 2)}).values())
+    assert all(rms_demo.saving_checks({**good, "savings": [0.17]}, rms_demo.MIN_BACKWARD_SAVING).values())
+
+
+def test_quietest_measures_again_only_while_the_machine_is_busy(monkeypatch):
+    import time as clock
+
+    calls = []
+
+    def measure(busy):  # sleeping takes wall-clock time and no CPU time: what a busy machine looks like
+        calls.append(busy)
+        end = clock.thread_time() + 0.01
+        while clock.thread_time() < end:
+            pass
+        if busy:
+            clock.sleep(0.02)
+        return len(calls)
+
+    assert normbench.quietest(lambda: measure(False)) == (1, pytest.approx([1.0], abs=0.15))
+    calls.clear()
+    result, busy = normbench.quietest(lambda: measure(True))
+    assert len(calls) == normbench.MEASURE_TRIES and len(busy) == normbench.MEASURE_TRIES
+    assert all(b > normbench.REMEASURE_BUSY for b in busy) and "busy" in normbench.busy_text(busy)
+
+
+def test_quality_and_probe_checks_fail_on_a_plausible_wrong_input():
+    runs = {n: rms_demo.trained(n, 0) for n in ("layer", "rms", "none")}
+    assert all(rms_demo.quality_checks(runs).values())
+    assert not all(rms_demo.quality_checks(runs, candidate="none").values())  # no norm does not pass
+    assert not all(rms_demo.quality_checks({**runs, "none": runs["rms"]}).values())  # a "no norm" run that learned
+    gaps = rms_demo.probe_logit_gaps(0)
+    shifted = rms_demo.trained("rms", 0, rms_demo.PROBE_OFFSET)
+    assert all(rms_demo.probe_checks(gaps, shifted, runs["rms"]).values())
+    assert not all(rms_demo.probe_checks(gaps, runs["rms"], runs["rms"]).values())  # an unshifted run as the shifted
+    assert not all(rms_demo.probe_checks({"layer": gaps["rms"], "rms": gaps["layer"]}, shifted, runs["rms"]).values())

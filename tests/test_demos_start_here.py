@@ -134,3 +134,11 @@ def test_the_first_slider_panel_refreshes_across_its_range():
     assert panel.last_error is None
     for shift, scale in [(-20.0, 0.1), (20.0, 10.0), (0.0, 1.0)]:
         assert panel.set(shift=shift, scale=scale), panel.last_error
+
+
+def test_the_claim_checks_fail_on_the_controls(runs):
+    assert all(sh.hook_checks(runs).values())
+    shallow = sh.hook_runs(depth=8)  # the stack without a norm stays finite: nothing is lost
+    assert not sh.hook_checks(shallow)["no norm: float16 has lost the stream by the last block"]
+    assert sh.invariant(sh.invariance_deviations())
+    assert not sh.invariant(sh.invariance_deviations([(0.0, 0.01)]))

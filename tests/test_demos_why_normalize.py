@@ -251,3 +251,62 @@ def test_short_choices_are_buttons_and_conditions_differ_by_more_than_colour():
     losses = [t for t in demo.fig.data if t.name.startswith("loss")]
     quantiles = [t for t in demo.fig.data if t.showlegend is not False and not t.name.startswith("loss")]
     assert len({t.line.dash for t in losses}) == 2 and len({t.line.dash for t in quantiles}) == 3
+
+
+# ---- the checks notebook 01's claim cells and its claim experiments share: each must fail on a plausible wrong input
+
+def test_the_stack_checks_fail_where_the_law_does_not_hold():
+    assert wn.norms_add([0.0, 2.0, 4.0], 2.0) and not wn.norms_add([0.0, 2.0, 2.83], 2.0)  # independent: sqrt, not sum
+    runs = wn.growth_runs(residual_stack, 1.0, 200)
+    assert all(wn.growth_checks(runs).values())
+    swapped = dict(runs)  # a stack that was normalized after all: no exponential growth to find
+    swapped["amplifies its input", "independent", "off"] = runs["amplifies its input", "independent", "Pre-LN"]
+    checks = wn.growth_checks(swapped)
+    assert not checks["FFN, no norm: a factor 1.3 to 1.45 per layer"]
+    assert not checks["FFN, no norm: more than 1e20 in all"]
+    run = wn.float16_overflow(residual_stack)
+    assert all(wn.float16_checks(run).values())
+    assert not wn.float16_checks({**run, "first_inf": None})["float16 without norm holds an inf"]
+    late = wn.float16_checks({**run, "first_inf": run["first_big"] + 5})  # an inf far from where float64 passes 65504
+    assert not late["... within 2 layers of where float64 passes 65504"]
+
+
+def test_the_gradient_judges_draw_their_lines_where_the_notebook_says():
+    assert wn.extreme(1e-25) and wn.extreme(1e25) and wn.extreme(0.0) and wn.extreme(math.inf)
+    assert not wn.extreme(1e19) and not wn.extreme(1e-19)
+    assert wn.stable(1.3) and not wn.stable(5.0) and not wn.stable(0.2)
+    assert wn.bounded(0.5) and not wn.bounded(1e-5) and not wn.bounded(20.0)
+    assert wn.both_sides([0.5, 2.0]) and not wn.both_sides([1.5, 2.0]) and not wn.both_sides([0.5, 0.9])
+    post = wn.layer_factors(residual_stack, 200, "Post-LN")
+    pre = wn.layer_factors(residual_stack, 200, "Pre-LN")
+    assert wn.random_factor(post) and not wn.random_factor(pre)
+    assert not wn.random_factor(post + 0.05)  # a steady drift per layer is not a random factor near 1
+
+
+def test_histogram_checks_fail_when_the_placements_are_mixed_up():
+    off, pre, post = (wn.layer_histograms(residual_stack, n, 1.0) for n in residual.STACK_NORMS)
+    assert all(wn.histogram_checks(off, pre, post).values())
+    assert not any(list(wn.histogram_checks(post, pre, off).values())[:3])
+
+
+def _race(plain_loss, bn_loss, diverged=None):
+    return {"none": {"final_loss": plain_loss, "diverged_at": diverged},
+            "BatchNorm": {"final_loss": bn_loss, "diverged_at": None}}
+
+
+def test_the_training_judges_read_what_the_notebook_states():
+    assert wn.drifted({"spread_drift": 0.8}) and not wn.drifted({"spread_drift": 0.6})
+    assert not wn.drifted({"spread_drift": 0.8, "output_drift": 0.1}, "output")
+    with pytest.raises(ValueError):
+        wn.drifted({"spread_drift": 0.8}, "after")
+    assert wn.same_loss(_race(0.45, 0.42)) and not wn.same_loss(_race(0.55, 0.42))
+    assert not wn.same_loss(_race(math.nan, 0.6, diverged=12))  # a diverged plain run is not "the same loss"
+    assert wn.large_lr_checks(_race(math.nan, 0.6, diverged=12)) == {"BatchNorm trains": True, "plain fails": True}
+    assert wn.large_lr_checks(_race(0.5, 0.45)) == {"BatchNorm trains": True, "plain fails": False}
+    assert not wn.large_lr_checks(_race(1.4, math.nan))["BatchNorm trains"]  # BatchNorm diverging too
+
+
+def test_a_run_line_names_its_own_settings():
+    records = wn.learning_rate_race(0.5, seed=0, steps=20)
+    line = wn.run_line(records)
+    assert line.startswith("lr 0.5, 20 steps:") and "stopped" not in line

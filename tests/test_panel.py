@@ -185,6 +185,44 @@ def test_training_demo_shows_a_failing_job_and_raises_nothing():
     assert "the fake job broke" in demo.runner.status.value and demo.trained == [5, 5]
 
 
+def test_the_default_run_is_the_notebooks_whatever_a_learner_does_after():
+    demo = _Counter()
+    demo.set(n=9)  # moved before the cell that trains the default: run_default still trains at the built settings
+    assert demo.run_default() == 5 and demo.default() == 5 and demo.trained == [5]
+    assert demo.controls["n"].value == 9  # the learner's setting is left where they put it
+    demo.set(n=3)
+    demo.button.click()  # a learner's run, in the background
+    demo.runner.join(timeout=10)
+    assert demo.result == 3 and demo.default() == 5  # theirs is .result; the notebook's is unchanged
+    demo.set(n=100_000)
+    demo.button.click()  # still going when the notebook asks for its default again
+    assert demo.run_default() == 5 and not demo.runner.running and demo.trained[-1] == 5
+
+
+def test_a_panel_without_a_default_run_says_how_to_get_one():
+    demo = _Counter()
+    with pytest.raises(RuntimeError, match="rerun the cell that built it"):
+        demo.default()
+    failing = _Counter(fail=True)
+    with pytest.raises(RuntimeError, match="the fake job broke"):
+        failing.run_default()
+    assert failing.default_result is None
+
+
+def test_the_explorer_moves_every_control_leaves_it_at_the_far_end_and_presses_train():
+    from course_utils import explore
+
+    explore.explore()  # the panels earlier tests left alive are explored and set aside first
+    demo = _Counter()
+    demo.run_default()
+    lines = [line for line in explore.explore() if "_Counter" in line]
+    assert len(lines) == 1 and "trained and stopped" in lines[0]
+    assert demo.controls["n"].value == 100_000  # left at the top of its range
+    assert demo.result is not None and demo.result < 100_000 and demo.default() == 5  # the learner's stopped run
+    assert not demo.runner.running and "already going" not in demo.runner.notice.value  # cleared when it ended
+    assert not [line for line in explore.explore() if "_Counter" in line]  # each panel once
+
+
 @pytest.mark.parametrize("name", sorted(TRAINING_DEMOS))
 def test_every_training_widget_is_a_registered_training_demo_that_shows_a_failed_run(name):
     """One contract: run(background=False) returns the result, or None with the reason in the panel; never raises."""

@@ -31,6 +31,11 @@ __all__ = [
     "padding_contamination", "position_padding", "coupling_changes", "padding_sweep", "future_leak",
     "generation_prefix", "generation_prefix_figure", "recover_last_token", "trained_modules", "train_vs_eval_gap",
     "train_vs_eval_gaps", "one_token_in_training", "lone_token_gaps", "running_var_estimate",
+    "MEAN_OFF_BY", "LAST_POSITION_OFF_BY", "LAST_VS_FIRST", "MOVES_BY", "EXACT", "TRAIN_EVAL_FACTOR", "DRIFT_ON_TOP",
+    "LONE_TOKEN_FACTOR", "LEAKS_BY", "PREFIX_OFF_BY", "SHRINK_VISIBLE", "READ_BACK", "REFUSAL",
+    "contamination_checks", "per_position_checks", "coupling_checks", "padding_mismatch", "train_eval_checks",
+    "one_token_checks", "leak_checks", "prefix_checks", "running_var_checks", "lone_token_checks", "read_back",
+    "CLEAN_NOISE_ABOVE", "SHRINK_FORMULA_WITHIN",
 ]
 
 N_FEATURES = 8
@@ -339,9 +344,11 @@ def padding_contamination(seed: int = 0, padding_share: float = 0.5, spread: flo
     return s
 
 
-def position_padding(seed: int = 0, padding_share: float = 0.5) -> dict[str, dict[str, Tensor]]:
+def position_padding(seed: int = 0, padding_share: float = 0.5,
+                     batch_size: int = BATCH_SIZE) -> dict[str, dict[str, Tensor]]:
     """C10: per-position statistics of a batch with equal and with the most varied lengths."""
-    return {name: per_position_stats(*token_batch(lengths_for(padding_share, spread), seed=seed))
+    return {name: {**per_position_stats(*token_batch(lengths_for(padding_share, spread, batch_size), seed=seed)),
+                   "batch_size": batch_size}
             for name, spread in (("equal lengths", 0.0), ("most varied lengths", 1.0))}
 
 
@@ -570,52 +577,182 @@ def running_var_estimate(seed: int = 0, lengths=(5, 3, 2, 4)) -> dict:
 
 # ---- the claim experiments (python -m course_utils.robustness --notebooks 02_batchnorm_and_padding) -----------------
 
+# ---- what notebook 02 claims, written once: its claim cells and the claim experiments below judge with these ------
+
+MEAN_OFF_BY = 0.5            # C09: padding pulls the worst feature's pooled mean this far or more
+LAST_POSITION_OFF_BY = 0.8   # C10: the per-position mean at the last position is off by more than this ...
+LAST_VS_FIRST = 3.0          # ... and by more than this many times its error at position 0
+MOVES_BY = 0.5               # C11: a change of batch moves an unchanged sentence's output by more than this
+EXACT = 1e-12                # "exactly" for float64 computations: nothing left but round-off
+TRAIN_EVAL_FACTOR = 3.0      # C12: a test batch padded unlike the training batches has this many times the gap
+DRIFT_ON_TOP = 2.0           # C12: at drift +4 masked BatchNorm's gap is this many times the no-drift one
+LONE_TOKEN_FACTOR = 2.0      # C14: padded running statistics put a lone token this many times further off
+CLEAN_NOISE_ABOVE = 0.01     # C14: ... than clean ones, which still leave one batch's sampling noise, above this
+SHRINK_FORMULA_WITHIN = 1e-3  # C60: the measured shrink is 1 - sqrt((n-1)/n) to this
+LEAKS_BY = 1e-3              # C58: the future moves position 0 by more than this under pooled statistics
+PREFIX_OFF_BY = 0.1          # C59: statistics over a prefix put position 0 this far from its training value
+SHRINK_VISIBLE = 0.01        # C60: the eval output is this much smaller (1%) or more
+READ_BACK = 1e-8             # C61: the last token read back to this (round-off)
+REFUSAL = "Expected more than 1 value per channel when training"  # C13: PyTorch's error for a batch of one
+
+
+def contamination_checks(s: dict) -> dict[str, bool]:
+    """C09 on padding_contamination's result, each check by name."""
+    return {"the pooled statistics are the formula's (to 1e-12)": s["formula_error"] < EXACT,
+            f"the worst feature's mean is off by more than {MEAN_OFF_BY}": s["worst_mean_error"] > MEAN_OFF_BY}
+
+
+def per_position_checks(pos: dict[str, dict[str, Tensor]]) -> dict[str, bool]:
+    """C10 on position_padding's result, each check by name: only the longest sentence reaches the last position (in
+    both batches), position 0 has no pads, and the per-position mean at the last position is far off."""
+    varied = pos["most varied lengths"]
+    batch = varied["batch_size"]
+    err0, err_last = varied["mean_error"][0].item(), varied["mean_error"][-1].item()
+    return {f"the last position is {batch - 1}/{batch} pads (the longest sentence alone)":
+                all(abs(p["pad_share"][-1].item() - (batch - 1) / batch) < EXACT for p in pos.values()),
+            "position 0 has no pads": varied["pad_share"][0].item() == 0,
+            f"the mean there is off by more than {LAST_POSITION_OFF_BY} and {LAST_VS_FIRST:g}x position 0's":
+                err_last > max(LAST_POSITION_OFF_BY, LAST_VS_FIRST * err0)}
+
+
+def coupling_checks(changes: dict[str, dict[str, float]]) -> dict[str, bool]:
+    """C11 on coupling_changes' result, each check by name."""
+    bn, masked, ln = (changes[k] for k in COMPARED_NORMS)
+    return {"BatchNorm moves with more padding": bn["more_padding"] > MOVES_BY,
+            "BatchNorm moves with other batch mates": bn["other_mates"] > MOVES_BY,
+            "masked BatchNorm ignores the padding exactly": masked["more_padding"] < EXACT,
+            "masked BatchNorm moves with other batch mates": masked["other_mates"] > MOVES_BY,
+            "LayerNorm moves in neither case": ln["more_padding"] < EXACT and ln["other_mates"] < EXACT}
+
+
+def padding_mismatch(gaps: dict[tuple[str, float], float], name: str, test_share: float = 0.2) -> bool:
+    """C12: is module `name`'s train-vs-eval gap on the test_share batch TRAIN_EVAL_FACTOR times its gap at 50%?"""
+    return gaps[name, test_share] > TRAIN_EVAL_FACTOR * gaps[name, 0.5]
+
+
+def train_eval_checks(gaps: dict[tuple[str, float], float], drift_gaps: dict[float, dict[str, float]],
+                      test_share: float = 0.2) -> dict[str, bool]:
+    """C12 on train_vs_eval_gaps of trained_modules and on masked_drift_gaps (drifts 0 and 4), each check by name."""
+    bn, masked, ln = list(dict.fromkeys(name for name, _ in gaps))
+    return {f"nn.BatchNorm1d: {TRAIN_EVAL_FACTOR:g}x the gap on the less padded batch":
+                padding_mismatch(gaps, bn, test_share),
+            f"masked BatchNorm: under 1/{TRAIN_EVAL_FACTOR:g} of that": gaps[masked, test_share] < gaps[bn, test_share]
+            / TRAIN_EVAL_FACTOR,
+            "LayerNorm: no gap": gaps[ln, 0.5] == 0 and gaps[ln, test_share] == 0,
+            f"masked BatchNorm at drift +4: over {DRIFT_ON_TOP:g}x its gap without drift":
+                drift_gaps[4.0]["gap"] > DRIFT_ON_TOP * drift_gaps[0.0]["gap"]}
+
+
+def one_token_checks(r: dict) -> dict[str, bool]:
+    """C13 on one_token_in_training's result (one token), each check by name."""
+    return {"PyTorch refuses it in training mode": r["error"] is not None and REFUSAL in r["error"],
+            "its own batch statistics would map it to 0": r["would_be"].abs().max().item() == 0}
+
+
+def leak_checks(leak: dict[str, float]) -> dict[str, bool]:
+    """C58 on future_leak's result, each check by name."""
+    bn, masked, per_position, ln = (leak[k] for k in TIME_NORMS)
+    return {"pooled BatchNorm, pads in: the future moves position 0": bn > LEAKS_BY,
+            "pooled BatchNorm, masked: the future moves position 0": masked > LEAKS_BY,
+            "per-position BatchNorm: it does not": per_position < EXACT,
+            "LayerNorm: it does not": ln < EXACT}
+
+
+def prefix_checks(prefix: dict[str, list[float]]) -> dict[str, bool]:
+    """C59 on generation_prefix's result, each check by name."""
+    pooled = TIME_NORMS[:2]
+    return {f"pooled BatchNorm (both): more than {PREFIX_OFF_BY} off for some prefix":
+                all(max(prefix[k]) > PREFIX_OFF_BY for k in pooled),
+            "pooled BatchNorm (both): exact only with the whole batch":
+                all(prefix[k][-1] < EXACT and min(prefix[k][:-1]) > 1e-6 for k in pooled),
+            "per-position BatchNorm and LayerNorm: exact at every prefix":
+                all(max(prefix[k]) < EXACT for k in TIME_NORMS[2:])}
+
+
+def running_var_checks(r: dict) -> dict[str, bool]:
+    """C60 on running_var_estimate's result, each check by name."""
+    n = r["n"]
+    return {"running_var is the unbiased variance, n/(n-1) times the biased": (r["ratio"] - n / (n - 1)).abs().max()
+            .item() < EXACT,
+            "training normalized with the biased variance": r["train_formula_error"] < EXACT,
+            f"the eval output is more than {SHRINK_VISIBLE:.0%} smaller": r["eval_shrink"] > SHRINK_VISIBLE,
+            "by 1 - sqrt((n-1)/n)": abs(r["eval_shrink"] - r["predicted_shrink"]) < SHRINK_FORMULA_WITHIN}
+
+
+def lone_token_checks(gaps: dict, clean: dict, name: str) -> dict[str, bool]:
+    """C14 on lone_token_gaps of the trained modules (`gaps`) and of the same modules trained on clean batches
+    (`clean`), for module `name`, each check by name."""
+    return {f"{name}: more than {LONE_TOKEN_FACTOR:g}x as far off as trained clean":
+                gaps[name] > LONE_TOKEN_FACTOR * clean[name],
+            f"trained clean it is still off by more than {CLEAN_NOISE_ABOVE} (sampling noise)":
+                clean[name] > CLEAN_NOISE_ABOVE,
+            "LayerNorm: the same output alone and in a batch":
+                torch.allclose(gaps["LayerNorm alone"], gaps["LayerNorm in a batch"], rtol=0, atol=EXACT)}
+
+
+def read_back(r: dict) -> bool:
+    """C61: was the last token read back to READ_BACK?"""
+    return r["error"] < READ_BACK
+
+
+# Figure kinds: the tokens are float32 draws widened to float64 (synthetic.padded_batch), and float32 draws differ in
+# their last bits between PyTorch's CPU kernels, so a figure computed from them is a "float" one; C13 and C60 do not
+# depend on the draws' last bits, C61 is a round-off size.
+def _passed(checks: dict[str, bool]) -> str:
+    return "checks " + "".join("1" if c else "0" for c in checks.values())
+
+
 @claim_experiment("C09", statement="With a share p of zero pads, BatchNorm's pooled per-feature mean is exactly (1-p)μ "
                   "and its variance (1-p)σ² + p(1-p)μ², and the worst feature's mean is off by more than 0.5",
-                  figure="worst per-feature mean error (pooled mean - true mean)",
+                  figure="worst per-feature mean error (pooled mean - true mean)", kind="float",
                   settings=[Setting("50% padding, spread 50%", {"padding_share": 0.5, "spread": 0.5}),
                             Setting("31% padding, most varied lengths", {"padding_share": 0.31, "spread": 1.0}),
+                            Setting("75% padding, equal lengths", {"padding_share": 0.75, "spread": 0.0}),
+                            Setting("20% padding (limit: the worst mean is off by only about 0.4)",
+                                    {"padding_share": 0.2}, expect=False),
                             Setting("no padding (control: the pooled mean is the true mean)", {"padding_share": 0.0},
                                     expect=False)])
 def c09_contamination(seed, *, padding_share=0.5, spread=0.5):
     s = padding_contamination(seed, padding_share, spread)
-    return Outcome(holds=s["formula_error"] < 1e-12 and s["worst_mean_error"] > 0.5, figure=s["worst_mean_error"],
+    return Outcome(holds=all(contamination_checks(s).values()), figure=s["worst_mean_error"],
                    detail=f"p {float(s['padding_share']):.2f}, formula off by {s['formula_error']:.1e}")
 
 
-@claim_experiment("C10", statement="Per-position statistics: the last of 64 positions is 15/16 padding, and the error "
-                  "of the per-position mean there exceeds 0.8 and three times the error at position 0",
-                  figure="padding share at the last position (15/16 = 0.9375 where the claim holds), varied lengths",
+@claim_experiment("C10", statement="Per-position statistics: at the last of 64 positions only the longest sentence is "
+                  "real ((B-1)/B pads: 15/16 in a batch of 16), and the per-position mean there is off by more than "
+                  "0.8 and by more than three times its error at position 0, in batches of 16 and 32 (with 8 "
+                  "sentences position 0's own error, from 8 values, can reach a third of it)",
+                  figure="error of the per-position mean at the last position (mean over features), varied lengths",
+                  kind="float",
                   settings=[Setting("50% padding", {"padding_share": 0.5}),
                             Setting("75% padding", {"padding_share": 0.75}),
+                            Setting("batch of 32, 50% padding", {"padding_share": 0.5, "batch_size": 32}),
                             Setting("25% padding (limit: two varied sentences reach position 63, 14/16 pads)",
                                     {"padding_share": 0.25}, expect=False),
-                            Setting("no padding (control: every position is real tokens)", {"padding_share": 0.0},
-                                    expect=False)])
-def c10_per_position(seed, *, padding_share=0.5):
-    pos = position_padding(seed, padding_share)
-    equal, varied = pos["equal lengths"], pos["most varied lengths"]
-    last = all(abs(p["pad_share"][-1].item() - 15 / 16) < 1e-12 for p in (equal, varied))
-    err0, err_last = varied["mean_error"][0].item(), varied["mean_error"][-1].item()
-    return Outcome(holds=last and varied["pad_share"][0] == 0 and err_last > max(0.8, 3 * err0),
-                   figure=varied["pad_share"][-1].item(),
-                   detail=f"error of the mean at position 0 {err0:.2f}, at the last position {err_last:.2f}")
+                            Setting("no padding (control: every position is real tokens, the error is sampling "
+                                    "noise)", {"padding_share": 0.0}, expect=False)])
+def c10_per_position(seed, *, padding_share=0.5, batch_size=BATCH_SIZE):
+    pos = position_padding(seed, padding_share, batch_size)
+    varied = pos["most varied lengths"]
+    checks = per_position_checks(pos)
+    return Outcome(holds=all(checks.values()), figure=varied["mean_error"][-1].item(),
+                   detail=f"pads at the last position {varied['pad_share'][-1].item():.4f}, error at position 0 "
+                          f"{varied['mean_error'][0].item():.2f}; {_passed(checks)}")
 
 
 @claim_experiment("C11", statement="An unchanged sentence's output moves by more than 0.5 under BatchNorm with more "
-                  "padding and with other batch mates; masked BatchNorm ignores the padding exactly (< 1e-12) but "
-                  "moves by more than 0.5 with the batch mates; LayerNorm moves in neither case",
-                  figure="BatchNorm's (padding included) largest change with more padding",
+                  "padding (padded to 28 or more) and with other batch mates; masked BatchNorm ignores the padding "
+                  "exactly (< 1e-12) but moves by more than 0.5 with the batch mates; LayerNorm moves in neither case",
+                  figure="BatchNorm's (padding included) largest change with more padding", kind="float",
                   settings=[Setting("padded to 56, mates shifted by +1", {"padded_len": 56, "mate_shift": 1.0}),
                             Setting("padded to 28, mates shifted by -1", {"padded_len": 28, "mate_shift": -1.0}),
-                            Setting("no extra padding (control: BatchNorm's padding move is 0)",
-                                    {"padded_len": 14, "mate_shift": 1.0}, expect=False)])
+                            Setting("padded to 112, mates shifted by +2", {"padded_len": 112, "mate_shift": 2.0}),
+                            Setting("padded to 16 (limit: two more positions move it by under 0.5)",
+                                    {"padded_len": 16, "mate_shift": 1.0}, expect=False)])
 def c11_coupling(seed, *, padded_len=56, mate_shift=1.0):
     c = coupling_changes(seed, padded_len, mate_shift)
-    bn, masked, ln = (c[k] for k in COMPARED_NORMS)
-    holds = (bn["more_padding"] > 0.5 and bn["other_mates"] > 0.5 and masked["more_padding"] < 1e-12
-             and masked["other_mates"] > 0.5 and ln["more_padding"] < 1e-12 and ln["other_mates"] < 1e-12)
-    return Outcome(holds=holds, figure=bn["more_padding"],
+    bn, masked = (c[k] for k in COMPARED_NORMS[:2])
+    return Outcome(holds=all(coupling_checks(c).values()), figure=bn["more_padding"],
                    detail=f"BatchNorm with mates {bn['other_mates']:.3g}; masked {masked['more_padding']:.2g} / "
                           f"{masked['other_mates']:.3g}")
 
@@ -624,7 +761,7 @@ def c11_coupling(seed, *, padded_len=56, mate_shift=1.0):
                   "train-vs-eval gap on a 20%-padded batch is over 3x its gap on a 50%-padded one; masked BatchNorm's "
                   "is under a third of nn.BatchNorm1d's; LayerNorm has none; masked BatchNorm's gap on the 50%-padded "
                   "batch is over twice as large at drift +4 as with no drift (the drift lag on top of sampling noise)",
-                  figure="nn.BatchNorm1d's mean train-vs-eval gap on the test batch",
+                  figure="nn.BatchNorm1d's mean train-vs-eval gap on the test batch", kind="float",
                   settings=[Setting("test batch 20% padding", {"test_share": 0.2}),
                             Setting("test batch 10% padding", {"test_share": 0.1}),
                             Setting("trained without padding (control: the gap comes from the padding mismatch)",
@@ -634,52 +771,53 @@ def c12_train_vs_eval(seed, *, test_share=0.2, train_share=0.5):
     gaps = train_vs_eval_gaps(modules, shares=(0.5, test_share), seed=seed)
     bn, masked, ln = list(modules)
     lag = masked_drift_gaps(seed=seed)
-    holds = (gaps[bn, test_share] > 3 * gaps[bn, 0.5] and gaps[masked, test_share] < gaps[bn, test_share] / 3
-             and gaps[ln, 0.5] == 0 and gaps[ln, test_share] == 0 and lag[4.0]["gap"] > 2 * lag[0.0]["gap"])
-    return Outcome(holds=holds, figure=gaps[bn, test_share],
+    return Outcome(holds=all(train_eval_checks(gaps, lag, test_share).values()), figure=gaps[bn, test_share],
                    detail=f"at 50%: {gaps[bn, 0.5]:.3f}; masked {gaps[masked, test_share]:.3f}; masked at 50%, "
                           f"drift 0 {lag[0.0]['gap']:.3f}, drift 1 {gaps[masked, 0.5]:.3f}, drift 4 {lag[4.0]['gap']:.3f}")
 
 
+_API_FACT = ("PyTorch's own check on the batch size, and (x - mean) / sqrt(0 + eps) = 0 for a single value: the same "
+             "whatever the token")
+
+
 @claim_experiment("C13", statement="nn.BatchNorm1d in training mode refuses a batch of one token (ValueError: Expected "
                   "more than 1 value per channel when training); its batch statistics would map every feature to 0",
-                  figure="largest |output| the one token's own batch statistics would give",
-                  settings=[Setting("one token", {"n_tokens": 1}),
-                            Setting("two tokens (control: training mode works)", {"n_tokens": 2}, expect=False)])
+                  figure="largest |output| the one token's own batch statistics would give", kind="exact",
+                  settings=[Setting("one token", {"n_tokens": 1}, fixed=_API_FACT),
+                            Setting("two tokens (control: training mode works)", {"n_tokens": 2}, expect=False,
+                                    fixed=_API_FACT)])
 def c13_one_token(seed, *, n_tokens=1):
     r = one_token_in_training(seed, n_tokens)
-    would_be = r["would_be"].abs().max().item()
-    holds = r["error"] is not None and "Expected more than 1 value per channel when training" in r["error"]
-    return Outcome(holds=holds and would_be == 0, figure=would_be, detail=str(r["error"])[:60])
+    return Outcome(holds=all(one_token_checks(r).values()), figure=r["would_be"].abs().max().item(),
+                   detail=str(r["error"])[:60])
 
 
-@claim_experiment("C14", statement="A lone token in eval mode under nn.BatchNorm1d trained on padded drifting batches "
-                  "gets an output more than twice as far from the one it gets inside a training batch as under the "
-                  "same module trained without padding or drift (the control: one training batch's sampling noise); "
-                  "LayerNorm gives it exactly its in-batch output",
-                  figure="largest |eval-mode output - in-batch output|, nn.BatchNorm1d",
+@claim_experiment("C14", statement="A lone token in eval mode under nn.BatchNorm1d trained on padded batches (drifting "
+                  "or not) gets an output more than twice as far from the one it gets inside a training batch as under "
+                  "the same module trained without padding or drift (one training batch's sampling noise); masked "
+                  "BatchNorm trained on the same padded batches stays within twice the noise (the control); LayerNorm "
+                  "gives it exactly its in-batch output",
+                  figure="largest |eval-mode output - in-batch output| of the module", kind="float",
                   settings=[Setting("trained at 50% padding, drift +1", {"padding_share": 0.5, "drift": 1.0}),
                             Setting("trained at 30% padding, drift +1", {"padding_share": 0.3, "drift": 1.0}),
-                            Setting("trained without padding or drift (control: the same as itself)",
-                                    {"padding_share": 0.0, "drift": 0.0}, expect=False)])
-def c14_lone_token(seed, *, padding_share=0.5, drift=1.0):
+                            Setting("trained at 50% padding, no drift", {"padding_share": 0.5, "drift": 0.0}),
+                            Setting("masked BatchNorm, trained at 50% padding, no drift (control: masking removes "
+                                    "the padding)", {"padding_share": 0.5, "drift": 0.0, "module": 1}, expect=False)])
+def c14_lone_token(seed, *, padding_share=0.5, drift=1.0, module=0):
     modules = trained_modules(drift=drift, padding_share=padding_share, seed=seed)
     token = one_token_in_training(seed, drift=drift)["tokens"]
     g = lone_token_gaps(modules, token, drift=drift, seed=seed)
     clean_token = one_token_in_training(seed, drift=0.0)["tokens"]
     clean = lone_token_gaps(trained_modules(drift=0.0, padding_share=0.0, seed=seed), clean_token, drift=0.0,
                             seed=seed)
-    bn, masked = list(modules)[:2]
-    holds = g[bn] > 2 * clean[bn] and torch.allclose(g["LayerNorm alone"], g["LayerNorm in a batch"], rtol=0,
-                                                     atol=1e-12)
-    return Outcome(holds=holds, figure=g[bn],
-                   detail=f"control {clean[bn]:.3f}; masked {g[masked]:.3f} (control {clean[masked]:.3f})")
+    name = list(modules)[module]
+    return Outcome(holds=all(lone_token_checks(g, clean, name).values()), figure=g[name], detail=f"{name}; control (trained clean) {clean[name]:.3f}")
 
 
 @claim_experiment("C58", statement="Replacing only the sentence's last token moves its output at position 0 by more "
                   "than 1e-3 under BatchNorm pooled over (batch, time), padding included or masked; under BatchNorm "
                   "per position and LayerNorm by less than 1e-12",
-                  figure="masked BatchNorm's largest change at position 0",
+                  figure="masked BatchNorm's largest change at position 0", kind="float",
                   settings=[Setting("last token (position 11) replaced", {"changed": SENTENCE_LEN - 1}),
                             Setting("token at position 6 replaced", {"changed": 6}),
                             Setting("token at position 0 replaced (control: every norm moves)", {"changed": 0},
@@ -687,8 +825,7 @@ def c14_lone_token(seed, *, padding_share=0.5, drift=1.0):
 def c58_future_leak(seed, *, changed=SENTENCE_LEN - 1):
     leak = future_leak(seed, changed)
     bn, masked, per_position, ln = (leak[k] for k in TIME_NORMS)
-    holds = bn > 1e-3 and masked > 1e-3 and per_position < 1e-12 and ln < 1e-12
-    return Outcome(holds=holds, figure=masked,
+    return Outcome(holds=all(leak_checks(leak).values()), figure=masked,
                    detail=f"pads in {bn:.3g}, per position {per_position:.2g}, LayerNorm {ln:.2g}")
 
 
@@ -696,44 +833,44 @@ def c58_future_leak(seed, *, changed=SENTENCE_LEN - 1):
                   "generation would be), BatchNorm pooled over time gives position 0 an output more than 0.1 from its "
                   "training value for some t, padding included or masked, and reaches it (< 1e-12) only with the whole "
                   "batch; per-position BatchNorm and LayerNorm give exactly the training value (< 1e-12) at every t",
-                  figure="masked BatchNorm's largest difference over t",
+                  figure="masked BatchNorm's largest difference over t", kind="float",
                   settings=[Setting("the 8-sentence batch of section 2"),
                             Setting("the 7 mates from another domain (+2)", {"mate_shift": 2.0})])
 def c59_generation_prefix(seed, *, mate_shift=0.0):
     prefix = generation_prefix(seed, mate_shift)
-    bn, masked, per_position, ln = (max(prefix[k]) for k in TIME_NORMS)
-    only_full = all(prefix[k][-1] < 1e-12 and min(prefix[k][:-1]) > 1e-6 for k in TIME_NORMS[:2])
-    holds = bn > 0.1 and masked > 0.1 and only_full and per_position < 1e-12 and ln < 1e-12
-    return Outcome(holds=holds, figure=masked, detail=f"pads in {bn:.3g}")
+    return Outcome(holds=all(prefix_checks(prefix).values()), figure=max(prefix[TIME_NORMS[1]]),
+                   detail=f"pads in {max(prefix[TIME_NORMS[0]]):.3g}")
 
 
 @claim_experiment("C60", statement="nn.BatchNorm1d normalizes with the biased batch variance but stores the unbiased "
                   "one (factor n/(n-1)) as running_var, so on a 20-position batch its eval output is more than 1% "
-                  "smaller than its training output even with running statistics from that same batch",
-                  figure="eval output / training output, 1 minus (mean over outputs above 0.1)",
+                  "smaller than its training output even with running statistics from that same batch; the shrink, "
+                  "1 - sqrt((n-1)/n), depends on n alone, so every seed gives the same figure",
+                  figure="eval output / training output, 1 minus (mean over outputs above 0.1)", kind="exact",
                   settings=[Setting("4 sequences padded to 5 (n = 20)", {"lengths": (5, 3, 2, 4)}),
                             Setting("3 sequences padded to 4 (n = 12)", {"lengths": (4, 2, 3)}),
                             Setting("16 sequences of 64 (n = 1024; limit: the gap is under 1%)",
                                     {"lengths": (64,) * 16}, expect=False)])
 def c60_running_var(seed, *, lengths=(5, 3, 2, 4)):
     r = running_var_estimate(seed, lengths)
-    n = r["n"]
-    exact = (r["ratio"] - n / (n - 1)).abs().max().item() < 1e-12 and r["train_formula_error"] < 1e-12
-    return Outcome(holds=exact and r["eval_shrink"] > 0.01, figure=r["eval_shrink"],
-                   detail=f"n {n}, predicted shrink {r['predicted_shrink']:.4f}")
+    # to 6 decimals: beyond them is only eps's share, which varies with the data by about 1e-7
+    return Outcome(holds=all(running_var_checks(r).values()), figure=round(r["eval_shrink"], 6),
+                   detail=f"n {r['n']}, predicted shrink {r['predicted_shrink']:.4f}")
 
 
 @claim_experiment("C61", statement="With one sentence in the batch, its last token is read back to 1e-8 from what a "
                   "causal model shows position T-2 (tokens 0..T-2 and their BatchNorm outputs); with 8 sentences, or "
                   "under LayerNorm, the same arithmetic misses it",
-                  figure="largest error of the recovered last token",
+                  figure="largest error of the recovered last token", kind="roundoff",
                   settings=[Setting("one sentence, masked BatchNorm", {"batch_size": 1}),
                             Setting("one sentence, BatchNorm with pads (none here)",
                                     {"batch_size": 1, "kind": COMPARED_NORMS[0]}),
+                            Setting("2 sentences (limit: one batch mate hides the token)", {"batch_size": 2},
+                                    expect=False),
                             Setting("8 sentences (limit: batch mates hide the token)", {"batch_size": 8},
                                     expect=False),
                             Setting("one sentence, LayerNorm (control)", {"batch_size": 1, "kind": COMPARED_NORMS[2]},
                                     expect=False)])
 def c61_recover(seed, *, batch_size=1, kind=COMPARED_NORMS[1]):
     r = recover_last_token(seed, batch_size, kind)
-    return Outcome(holds=r["error"] < 1e-8, figure=r["error"], detail=f"token size {r['token_size']:.2f}")
+    return Outcome(holds=read_back(r), figure=r["error"], detail=f"token size {r['token_size']:.2f}")

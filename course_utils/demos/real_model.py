@@ -21,7 +21,7 @@ from ..figures import color, dash, live_subplots, marker, static_figure, static_
 from ..panel import Panel, choice, register_panel
 from ..minilm import (CONFIG, NORM_SITES, Baseline, Batch, Damage, MiniLM, SentencePairs, baseline, baseline_of,
                       damage, intervened_embeddings, layer_norms, load_minilm, load_sentences, load_tokenizer,
-                      reference_outputs, run_from, sentence_embedding)
+                      norm_inputs, reference_outputs, run_from, sentence_embedding)
 
 __all__ = ["INTERVENTIONS", "INTERVENTION_BUTTONS", "norm_statistics_figure", "stream_norm_figure", "gamma_beta_figure", "outlier_figure",
            "damage_figure", "attention_logit_figure", "layernorm_inspector_panel", "intervention_panel",
@@ -30,7 +30,9 @@ __all__ = ["INTERVENTIONS", "INTERVENTION_BUTTONS", "norm_statistics_figure", "s
            "spike_sites", "outlier_checks", "random_dims", "disabled", "zeroing_checks", "surgery_damage",
            "rms_checks", "rescaling_checks", "capped_damage", "SINK_BLOCKS", "sink_figure", "int8_error", "int8_table",
            "int8_checks", "feature_switched_off", "sink_without", "value_norms", "COLLAPSING",
-           "growth_checks", "SURGERY_ROWS"]
+           "growth_checks", "SURGERY_ROWS", "REBUILD_ATOL", "REBUILD_COS", "CENTERED_BELOW", "SINK_RATIO", "MAJORITY",
+           "CUT_BY", "SPIKE_ABOVE", "STREAM_BELOW", "SPIKE_FEATURE", "HARMLESS_COS", "collapsed", "centered", "is_sink",
+           "sink_cut", "spike_checks", "softcap_harmless", "rebuild_checks", "text_baseline"]
 
 INTERVENTIONS = {"rms": "RMSNorm: no re-centering (keeps γ, β)", "remove": "remove the LayerNorm",
                  "pre": "rewire the sublayer to Pre-LN", "zero": "zero γ, β at the outlier dimensions"}
@@ -368,6 +370,49 @@ def _intervention_figure(base: Baseline, clean: Damage) -> go.Figure:
 COLLAPSED = 0.9  # a mean cosine between unrelated sentences above this: every embedding points the same way
 COLLAPSING = 0.5  # above this (the trained model: about 0.07) the ranking readout is already weak
 SINK_BLOCKS = (2, 3, 4, 5)
+# What the claim cells assert, written once: the cells and the claim experiments below judge with these.
+REBUILD_ATOL = 1e-4     # C35: float32 on values up to about 10, through 6 blocks: round-off stays far below this
+REBUILD_COS = 0.9999    # C35: the sentence embeddings' cosine to the library's
+CENTERED_BELOW = 0.1    # C36: |μ|/σ of every token entering a LayerNorm
+SINK_RATIO = 5.0        # C90: a sink gets more than 5x the share even attention would give
+MAJORITY = 0.5          # C90: on the course's short sentences, more than half of all attention
+CUT_BY = 5.0            # C95: switching the spike's feature off cuts block 2's sink more than 5x
+SPIKE_ABOVE = 100.0     # C91: the massive activation entering a LayerNorm
+STREAM_BELOW = 15.0     # C91: the largest |value| in the normalized stream between blocks
+SPIKE_FEATURE = 99      # C91: the feature it sits on (of [CLS], position 0)
+HARMLESS_COS = 0.9999   # C42: a soft-cap that leaves every embedding this close has no effect worth the name
+
+
+def collapsed(d: Damage) -> bool:
+    """C93: do unrelated sentences' embeddings point nearly the same way (mean cosine above COLLAPSED)?"""
+    return collapse(d) > COLLAPSED
+
+
+def centered(ratio: float) -> bool:
+    """C36: is the largest |μ|/σ below CENTERED_BELOW, so that re-centering removes little?"""
+    return ratio < CENTERED_BELOW
+
+
+def is_sink(share: float, uniform: float) -> bool:
+    """C90, C95: does a block put more than SINK_RATIO times even attention's share on the first token?"""
+    return share > SINK_RATIO * uniform
+
+
+def sink_cut(trained: float, off: float) -> bool:
+    """C95: did switching a feature off cut the share on [CLS] more than CUT_BY-fold?"""
+    return trained > CUT_BY * off
+
+
+def spike_checks(s: dict) -> dict[str, bool]:
+    """C91 on spike_sites's result: a massive activation enters a LayerNorm at [CLS]'s feature 99, not the stream."""
+    return {"a residual sum entering a LayerNorm above 100": s["entering"] > SPIKE_ABOVE,
+            "at [CLS] (position 0), feature 99": (s["position"], s["feature"]) == (0, SPIKE_FEATURE),
+            "the stream between blocks below 15": s["stream"] < STREAM_BELOW}
+
+
+def softcap_harmless(d: Damage) -> bool:
+    """C42: does every capped sentence embedding stay within cosine HARMLESS_COS of the original?"""
+    return float(d.cos.min()) > HARMLESS_COS
 
 
 def collapse(d: Damage) -> float:
@@ -391,6 +436,25 @@ def sentence_subset(seed: int, keep: int = 7) -> SentencePairs:
 def seed_baseline(seed: int) -> Baseline:
     """The unmodified model's run on sentence_subset(seed), cached (the claim experiments share it)."""
     return baseline() if seed == 0 else baseline_of(sentence_subset(seed))
+
+
+@lru_cache(maxsize=8)
+@torch.no_grad()
+def text_baseline(seed: int, length: int = 14) -> Baseline:
+    """The unmodified model's run on random_text(seed, length=length), cached: meaningless text, so no sentence pairs
+    (and no damage readout); what does not depend on the course's sentences holds here too."""
+    model = load_minilm()
+    batch = random_text(seed, length=length)
+    states, hidden = model(batch.input_ids, batch.attention_mask, return_hidden=True)
+    return Baseline(model, None, batch, hidden, sentence_embedding(states, batch.attention_mask),
+                    norm_inputs(model, batch))
+
+
+def _run_on(seed: int, text: str, length: int) -> Baseline:
+    """The claim experiments' baseline: the course's sentences (seed_baseline) or random WordPieces (text_baseline)."""
+    if text not in ("sentences", "random"):
+        raise ValueError(f"text must be 'sentences' or 'random', got {text!r}")
+    return seed_baseline(seed) if text == "sentences" else text_baseline(seed, length)
 
 
 def random_text(seed: int, n: int = 20, length: int = 14) -> Batch:
@@ -425,7 +489,13 @@ class RebuildCheck:
 
     @property
     def holds(self) -> bool:
-        return max(self.errors) <= 1e-4 and self.cos_min >= 0.9999
+        return all(rebuild_checks(self).values())
+
+
+def rebuild_checks(check: RebuildCheck) -> dict[str, bool]:
+    """C35's tests of a rebuild: every hidden state within REBUILD_ATOL, every embedding's cosine REBUILD_COS."""
+    return {"every hidden state within 1e-4 of the library's": max(check.errors) <= REBUILD_ATOL,
+            "every sentence embedding's cosine at least 0.9999": check.cos_min >= REBUILD_COS}
 
 
 @torch.no_grad()
@@ -700,7 +770,7 @@ _SUBSET = "the course's sentences (seed 0: all 20 pairs; other seeds: a random 7
 @claim_experiment(
     "C35", statement="The course's Post-LN TransformerBlock loaded with all-MiniLM-L6-v2's weights matches the library "
                      "at every hidden state within 1e-4, and its sentence embeddings with cosine at least 0.9999",
-    figure="largest |ours - library| over the 7 hidden states (real tokens)",
+    figure="largest |ours - library| over the 7 hidden states (real tokens)", kind="roundoff",
     settings=[Setting(_SUBSET),
               Setting("the FFNs' GELU swapped for its tanh approximation (control: the check must fail)",
                       {"gelu": "tanh"}, expect=False)])
@@ -713,39 +783,50 @@ def rebuild_claim(seed, *, gelu="exact"):
 
 
 @claim_experiment(
-    "C36", statement="Every token entering each of the 13 LayerNorms has a mean |μ| below a tenth of its σ",
-    figure="largest |μ|/σ over all LayerNorms and tokens",
+    "C36", statement="Every token entering each of the 13 LayerNorms has a mean |μ| below a tenth of its σ, on the "
+                     "course's sentences and on random WordPieces (14 and 60 of them)",
+    figure="largest |μ|/σ over all LayerNorms and tokens", kind="float",
     settings=[Setting(_SUBSET),
+              Setting("random WordPieces, 14 tokens (the seed draws them)", {"text": "random"}),
+              Setting("random WordPieces, 60 tokens", {"text": "random", "length": 60}),
               Setting("the same ratio per feature over the tokens, BatchNorm's axis (control)", {"axis": "feature"},
                       expect=False)])
-def centering_claim(seed, *, axis="token"):
-    ratio = centering_ratio(seed_baseline(seed), axis)
-    return Outcome(ratio < 0.1, ratio, f"axis {axis}")
+def centering_claim(seed, *, axis="token", text="sentences", length=14):
+    ratio = centering_ratio(_run_on(seed, text, length), axis)
+    return Outcome(centered(ratio), ratio, f"axis {axis}")
 
 
 @claim_experiment(
     "C37", statement="On the course's sentences (about 11 tokens) the stream between blocks is normalized: every "
                      "token's norm lies between 2 and 20 and the median "
                      "moves less than 1.6x across the 7 hidden states, while residual sums entering a LayerNorm "
-                     "exceed 20",
-    figure="largest per-token norm in the stream between blocks",
+                     "exceed 20; on random WordPieces (14 or 60 tokens) it does not: the median moves 1.8x or more",
+    figure="largest per-token norm in the stream between blocks", kind="float",
     settings=[Setting(_SUBSET),
+              Setting("random WordPieces, 14 tokens (where it stops: the median moves about 1.8x)", {"text": "random"},
+                      expect=False),
+              Setting("random WordPieces, 60 tokens (where it stops: the median moves more than 4x)",
+                      {"text": "random", "length": 60}, expect=False),
               Setting("every block rewired to Pre-LN (control: nothing resets the stream)", {"change": "pre"},
                       expect=False)])
-def stream_claim(seed, *, change=None):
-    base = seed_baseline(seed)
+def stream_claim(seed, *, change=None, text="sentences", length=14):
+    base = _run_on(seed, text, length)
     checks, fig = stream_checks(base, stream_after(base, change))
     return Outcome.of_checks(checks, fig["largest"])
 
 
 @claim_experiment(
-    "C38", statement="At the outlier features, one is above 4x the median feature in every middle hidden state, none "
-                     "is above 3x in the output, and the last LayerNorm's γ at the loudest is below 0.01 in size",
-    figure="number of outlier features found",
+    "C38", statement="On the course's sentences, at the outlier features, one is above 4x the median feature in every "
+                     "middle hidden state, none is above 3x in the output, and the last LayerNorm's γ at the loudest "
+                     "is below 0.01 in size (on random WordPieces the loudest is another feature, and that last test "
+                     "fails)",
+    figure="number of outlier features found", kind="exact",
     settings=[Setting(_SUBSET),
+              Setting("random WordPieces, 14 tokens (where it stops: the loudest outlier is another feature, whose last "
+                      "γ is not near 0)", {"text": "random"}, expect=False),
               Setting("as many random features instead (control)", {"dims": "random"}, expect=False)])
-def outlier_claim(seed, feature_loudness, outlier_dims, *, dims="outliers"):
-    base = seed_baseline(seed)
+def outlier_claim(seed, feature_loudness, outlier_dims, *, dims="outliers", text="sentences"):
+    base = _run_on(seed, text, 14)
     outliers = outlier_set(base, outlier_dims)
     if dims == "random":
         outliers = random_dims(outliers, 1, torch.Generator().manual_seed(seed))[0]
@@ -757,7 +838,7 @@ def outlier_claim(seed, feature_loudness, outlier_dims, *, dims="outliers"):
     "C39", statement="Zeroing γ and β at the outlier features in all 13 LayerNorms does more than 5x the damage of "
                      "the worst of 5 random choices, shrinks the gap by more than 0.1 with at least 90% ranked right, and "
                      "the damage runs through γ (γ only more than 5x β only)",
-    figure="damage (1 - mean cosine) of zeroing the outliers / the worst random choice's",
+    figure="damage (1 - mean cosine) of zeroing the outliers / the worst random choice's", kind="float",
     settings=[Setting(_SUBSET + "; the seed draws the random features"),
               Setting("zeroing β alone at the outliers (control: the tests must fail)", {"parts": ("beta",)},
                       expect=False)])
@@ -776,7 +857,7 @@ def zeroing_claim(seed, zeroed, outlier_dims, *, parts=("gamma", "beta")):
     "C40", statement="RMSNorm with the trained γ and β in place of both LayerNorms of any one block, or of all six, "
                      "keeps the mean cosine to the original embeddings above 0.95, the gap within 0.05 and every "
                      "similar pair above every unrelated one",
-    figure="smallest mean cosine over the 7 rows",
+    figure="smallest mean cosine over the 7 rows", kind="float",
     settings=[Setting(_SUBSET),
               Setting("removing the LayerNorms instead (control)", {"change": "remove"}, expect=False)])
 def rms_claim(seed, rms_instead, *, change="rms"):
@@ -790,7 +871,7 @@ def rms_claim(seed, rms_instead, *, change="rms"):
     "C41", statement="Removing a block's LayerNorms, or rewiring it to Pre-LN, does more than 10x the damage of the "
                      "RMSNorm swap in every block and in all six at once; in all six it leaves mean cosine below 0.5 "
                      "and gap below 0.15",
-    figure="smallest damage ratio (removed or rewired / RMSNorm) over the rows",
+    figure="smallest damage ratio (removed or rewired / RMSNorm) over the rows", kind="float",
     settings=[Setting(_SUBSET),
               Setting("zeroing γ and β at 4 random features instead (control: a small edit)", {"against": "random"},
                       expect=False)])
@@ -808,19 +889,23 @@ def rescaling_claim(seed, rms_instead, zeroed, *, against="remove+pre"):
 
 @claim_experiment(
     "C42", statement="A soft-cap of 50 on every attention logit leaves every sentence embedding within cosine 0.9999 "
-                     "of the original; a cap of 5, inside the logits' range, does not",
-    figure="mean cosine of the capped model's embeddings to the original",
-    settings=[Setting(_SUBSET + ", cap 50"), Setting("cap 100", {"cap": 100.0}),
+                     "of the original (so do caps of 100 and 30); a cap of 20 already does not, nor one of 5, inside "
+                     "the logits' range",
+    figure="mean cosine of the capped model's embeddings to the original", kind="float",
+    settings=[Setting(_SUBSET + ", cap 50"), Setting("cap 100", {"cap": 100.0}), Setting("cap 30", {"cap": 30.0}),
+              Setting("cap 20 (where it stops: the smallest cosine falls below 0.9999)", {"cap": 20.0},
+                      expect=False),
               Setting("cap 5 (where the notebook says the cap bends the model)", {"cap": 5.0}, expect=False)])
 def softcap_claim(seed, *, cap=50.0):
     d = capped_damage(seed_baseline(seed), cap)
-    return Outcome(float(d.cos.min()) > 0.9999, float(d.cos.mean()), f"smallest cosine {float(d.cos.min()):.6f}")
+    return Outcome(softcap_harmless(d), float(d.cos.mean()), f"smallest cosine {float(d.cos.min()):.6f}")
 
 
 @claim_experiment(
     "C90", statement="In each of blocks 2 to 5, [CLS] gets more than 5x the share of all attention (every head, every "
                      "real query) that even attention over the real tokens would give it: an attention sink",
     figure="smallest ratio (share of attention on [CLS] / even attention's share) over the blocks tested",
+    kind="float",
     settings=[Setting(_SUBSET),
               Setting("random token ids between [CLS] and [SEP], 14 of them (the seed draws them)", {"text": "random"}),
               Setting("random token ids, 60 of them (a length setting: the share itself falls below 0.5 there)",
@@ -834,22 +919,25 @@ def sink_claim(seed, attention_to_cls, *, text="sentences", length=14, blocks=SI
         _, hidden = model(batch.input_ids, batch.attention_mask, return_hidden=True)
     shares, uniform = attention_to_cls(model, hidden, batch.attention_mask)
     low = min(shares[b - 1] for b in blocks) / uniform
-    return Outcome(low > 5, low, f"uniform {uniform:.3f}; shares {[round(v, 2) for v in shares]}")
+    holds = all(is_sink(shares[b - 1], uniform) for b in blocks)
+    return Outcome(holds, low, f"uniform {uniform:.3f}; shares {[round(v, 2) for v in shares]}")
 
 
 @claim_experiment(
     "C91", statement="The massive activation lives in the residual sums entering the LayerNorms (largest |value| above "
                      "100, at feature 99 of [CLS]), not in the stream between blocks (largest |value| below 15): a "
                      "Post-LN model normalizes it away",
-    figure="largest |value| in the stream between blocks",
+    figure="largest |value| in the stream between blocks", kind="float",
     settings=[Setting(_SUBSET),
+              Setting("random WordPieces, 14 tokens (the seed draws them)", {"text": "random"}),
+              Setting("random WordPieces, 60 tokens", {"text": "random", "length": 60}),
               Setting("every block rewired to Pre-LN (control: then the spike rides in the stream)",
                       {"change": "pre"}, expect=False)])
-def spike_claim(seed, *, change=None):
-    base = seed_baseline(seed)
+def spike_claim(seed, *, change=None, text="sentences", length=14):
+    base = _run_on(seed, text, length)
     s = spike_sites(base, stream_after(base, change))
-    holds = s["entering"] > 100 and s["feature"] == 99 and s["position"] == 0 and s["stream"] < 15
-    return Outcome(holds, s["stream"], f"entering {s['entering']:.1f} at {s['where']}, feature {s['feature']}")
+    return Outcome.of_checks(spike_checks(s), s["stream"],
+                             f"entering {s['entering']:.1f} at {s['where']}, feature {s['feature']}")
 
 
 @claim_experiment(
@@ -857,14 +945,15 @@ def spike_claim(seed, *, change=None):
                      "ordinary features: holding the massive activation's one feature aside cuts their error more than "
                      "10x, holding the other outlier features aside gains less than 1.5x, and one scale per token cuts "
                      "it more than 5x with nothing held aside",
-    figure="error with nothing held aside / error with the spike's feature held aside",
+    figure="error with nothing held aside / error with the spike's feature held aside", kind="float",
     settings=[Setting(_SUBSET),
+              Setting("random WordPieces, 14 tokens (the seed draws them)", {"text": "random"}),
               Setting("a random feature held aside instead of the spike's (control)", {"held": "random"},
                       expect=False),
               Setting("the normalized stream after block 1 instead (control: Post-LN's stream is mild)",
                       {"tensor": "stream"}, expect=False)])
-def int8_claim(seed, int8_roundtrip, outlier_dims, *, held="spike", tensor="L1 FFN"):
-    base = seed_baseline(seed)
+def int8_claim(seed, int8_roundtrip, outlier_dims, *, held="spike", tensor="L1 FFN", text="sentences"):
+    base = _run_on(seed, text, 14)
     outliers = outlier_set(base, outlier_dims)
     spike = spike_sites(base)["feature"]
     aside = None if held == "spike" else random_dims(outliers, 1, torch.Generator().manual_seed(seed))[0][0]
@@ -878,7 +967,7 @@ def int8_claim(seed, int8_roundtrip, outlier_dims, *, held="spike", tensor="L1 F
     "C93", statement="With the LayerNorms of all six blocks removed, or rewired to Pre-LN, the embeddings collapse: "
                      "unrelated sentences reach a mean cosine above 0.9, so 'pairs ranked right' no longer measures "
                      "quality",
-    figure="mean cosine between unrelated sentences",
+    figure="mean cosine between unrelated sentences", kind="float",
     settings=[Setting(_SUBSET + ", removed"), Setting("rewired to Pre-LN", {"change": "pre"}),
               Setting("RMSNorm swap in all six (control)", {"change": "rms"}, expect=False),
               Setting("the trained model (control)", {"change": None}, expect=False)])
@@ -888,18 +977,19 @@ def collapse_claim(seed, rms_instead, *, change="remove"):
         d = damage(base, base.embeddings)
     else:
         d = damage(base, intervened_embeddings(base, range(1, 7), rms_instead if change == "rms" else change))
-    return Outcome(collapse(d) > COLLAPSED, collapse(d), f"ranked right {d.ranked:.0%}")
+    return Outcome(collapsed(d), collapse(d), f"ranked right {d.ranked:.0%}")
 
 
 @claim_experiment(
     "C94", statement="With the LayerNorms of every block removed, the stream's median per-token norm grows after every "
                      "block, to more than 100x the trained model's",
-    figure="median per-token norm after block 6 / the trained model's",
+    figure="median per-token norm after block 6 / the trained model's", kind="float",
     settings=[Setting(_SUBSET + ", removed"),
+              Setting("random WordPieces, 14 tokens, removed (the seed draws them)", {"text": "random"}),
               Setting("rewired to Pre-LN (control: it jumps once, then stays)", {"change": "pre"}, expect=False),
               Setting("the trained model (control)", {"change": None}, expect=False)])
-def growth_claim(seed, *, change="remove"):
-    base = seed_baseline(seed)
+def growth_claim(seed, *, change="remove", text="sentences"):
+    base = _run_on(seed, text, 14)
     checks, medians = growth_checks(base, stream_after(base, change))
     trained = float(base.hidden[-1][base.mask].norm(dim=-1).median())
     return Outcome.of_checks(checks, medians[-1] / trained, f"medians {[round(m, 1) for m in medians]}")
@@ -909,7 +999,7 @@ def growth_claim(seed, *, change="remove"):
     "C95", statement="Switching off the spike's feature (γ and β of feature 99 set to 0) in the first FFN's LayerNorm "
                      "cuts [CLS]'s share of attention in block 2 more than 5x; the same edit at a random feature "
                      "does not",
-    figure="share of attention on [CLS] in block 2, as trained / with the feature switched off",
+    figure="share of attention on [CLS] in block 2, as trained / with the feature switched off", kind="float",
     settings=[Setting(_SUBSET),
               Setting("random token ids between [CLS] and [SEP] (the seed draws them)", {"text": "random"}),
               Setting("a random feature switched off instead (control; the seed draws it)", {"feature": "random"},
@@ -924,4 +1014,4 @@ def sink_cause_claim(seed, attention_to_cls, outlier_dims, *, text="sentences", 
         _, hidden = base.model(batch.input_ids, batch.attention_mask, return_hidden=True)
     trained = attention_to_cls(base.model, hidden, batch.attention_mask)[0][1]
     off = sink_without(base.model, batch, attention_to_cls, dim)[1]
-    return Outcome(trained > 5 * off, trained / off, f"feature {dim}: block 2 share {trained:.2f} -> {off:.2f}")
+    return Outcome(sink_cut(trained, off), trained / off, f"feature {dim}: block 2 share {trained:.2f} -> {off:.2f}")

@@ -21,7 +21,7 @@ from ..transformer import TinyLM
 
 __all__ = ["FLOAT16_MAX", "HOOK_DEPTH", "HOOK_ARMS", "StackRun", "deep_stack", "hook_runs", "hook_table",
            "hook_figure", "block_diagram", "INVARIANCE_MOVES", "invariance_deviations", "first_slider_panel",
-           "shifted_token"]
+           "shifted_token", "PRE_LN_RMS_BELOW", "POST_LN_RMS_WITHIN", "INVARIANT_WITHIN", "hook_checks", "invariant"]
 
 FLOAT16_MAX = float(torch.finfo(torch.float16).max)  # 65504: anything larger is inf in float16
 HOOK_DEPTH = 48
@@ -242,11 +242,20 @@ def shifted_token(shift: float, scale: float, d: int = 16, seed: int = 0) -> tup
     return moved, layer_norm(moved)
 
 
-def invariance_deviations(moves=INVARIANCE_MOVES, seed: int = 0) -> dict[tuple[float, float], float]:
-    """(shift, scale) -> the largest |LN(scale·x + shift) - LN(x)| over the token's features."""
-    _, reference = shifted_token(0.0, 1.0, seed=seed)
-    return {(shift, scale): (shifted_token(shift, scale, seed=seed)[1] - reference).abs().max().item()
+def invariance_deviations(moves=INVARIANCE_MOVES, seed: int = 0,
+                          d: int = 16) -> dict[tuple[float, float], float]:
+    """(shift, scale) -> the largest |LN(scale·x + shift) - LN(x)| over the token's d features."""
+    _, reference = shifted_token(0.0, 1.0, d, seed=seed)
+    return {(shift, scale): (shifted_token(shift, scale, d, seed=seed)[1] - reference).abs().max().item()
             for shift, scale in moves}
+
+
+INVARIANT_WITHIN = 1e-3  # C77: "does not move": LayerNorm's output moves by less than this
+
+
+def invariant(deviations: dict[tuple[float, float], float]) -> bool:
+    """C77: did LayerNorm's output move by less than INVARIANT_WITHIN under every (shift, scale) move?"""
+    return max(deviations.values()) < INVARIANT_WITHIN
 
 
 @register_panel()
@@ -275,12 +284,30 @@ def first_slider_panel(d: int = 16) -> Panel:
 
 # ---- the claim experiments (python -m course_utils.robustness --notebooks 00_start_here) ----------------------------
 
+PRE_LN_RMS_BELOW = 20.0      # C76: Pre-LN's stream is finite and its RMS stays below this
+POST_LN_RMS_WITHIN = 0.01    # C76: Post-LN's stream RMS is within this of 1 after every block
+
+
+def hook_checks(runs: dict[str, StackRun]) -> dict[str, bool]:
+    """C76 on hook_runs' result, each check by name."""
+    no_norm, pre, post = runs["no norm"], runs["Pre-LN"], runs["Post-LN"]
+    k = no_norm.first_bad
+    broke = not math.isfinite(no_norm.rms[-1]) and k is not None
+    return {"no norm: float16 has lost the stream by the last block": broke,
+            "... and the first non-finite value is an attention score, the stream below a tenth of 65504":
+                broke and not math.isfinite(no_norm.max_score[k - 1]) and no_norm.largest[k - 1] < FLOAT16_MAX / 10,
+            f"Pre-LN: finite, RMS below {PRE_LN_RMS_BELOW:g}": pre.all_finite and pre.rms[-1] < PRE_LN_RMS_BELOW,
+            f"Post-LN: finite, RMS within {POST_LN_RMS_WITHIN} of 1 after every block":
+                post.all_finite and max(abs(r - 1) for r in post.rms[1:]) < POST_LN_RMS_WITHIN}
+
+
 @claim_experiment("C76", statement="Through 48 blocks of the course's TinyLM at initialization in float16, the stream "
                   "without normalization is no longer finite after the last block (the first non-finite value is an "
                   "attention score, while the stream entering that block is below a tenth of 65504); with a LayerNorm "
                   "per sublayer every block's output is finite, Pre-LN's stream RMS below 20 and Post-LN's within 0.01 "
                   "of 1",
-                  figure="RMS of the unnormalized stream after the last block, float64 run",
+                  figure="RMS of the unnormalized stream after the last block, float64 run (float32 weights: kind "
+                  "float)", kind="float",
                   settings=[Setting("48 blocks (the notebook)", {"depth": 48}),
                             Setting("96 blocks", {"depth": 96}),
                             Setting("8 blocks (control: the stack without a norm stays finite too)", {"depth": 8},
@@ -289,25 +316,21 @@ def first_slider_panel(d: int = 16) -> Panel:
                                     {"depth": 48, "branch_scale": 0.1}, expect=False)])
 def c76_float16_stack(seed, *, depth=HOOK_DEPTH, branch_scale=1.0):
     runs = hook_runs(depth, seed, branch_scale)
-    no_norm, pre, post = runs["no norm"], runs["Pre-LN"], runs["Post-LN"]
-    k = no_norm.first_bad
-    broke = not math.isfinite(no_norm.rms[-1]) and k is not None
-    scores_first = broke and not math.isfinite(no_norm.max_score[k - 1]) and no_norm.largest[k - 1] < FLOAT16_MAX / 10
-    normed = (pre.all_finite and pre.rms[-1] < 20
-              and post.all_finite and max(abs(r - 1) for r in post.rms[1:]) < 0.01)
-    return Outcome(holds=broke and scores_first and normed, figure=runs["no norm, float64"].rms[-1],
-                   detail=f"float16 without a norm: first non-finite block {k}; Pre-LN RMS {pre.rms[-1]:.2f}, "
-                          f"Post-LN off 1 by {max(abs(r - 1) for r in post.rms[1:]):.1e}")
+    pre, post = runs["Pre-LN"], runs["Post-LN"]
+    checks = hook_checks(runs)
+    return Outcome(holds=all(checks.values()), figure=runs["no norm, float64"].rms[-1],
+                   detail=f"float16 without a norm: first non-finite block {runs['no norm'].first_bad}; Pre-LN RMS "
+                          f"{pre.rms[-1]:.2f}, Post-LN off 1 by {max(abs(r - 1) for r in post.rms[1:]):.1e}")
 
 
-@claim_experiment("C77", statement="LayerNorm's output for a random 16-feature token moves by less than 1e-3 under "
-                  "each of the notebook's four shifts and positive scales (scales 0.2 to 10)",
-                  figure="largest |LN(a·x + b) - LN(x)| over the moves and features",
+@claim_experiment("C77", statement="LayerNorm's output for a random 16-feature (or 64-feature) token moves by less "
+                  "than 1e-3 under each of the notebook's four shifts and positive scales (scales 0.2 to 10)",
+                  figure="largest |LN(a·x + b) - LN(x)| over the moves and features", kind="exact",
                   settings=[Setting("the notebook's four (shift, scale) moves", {}),
+                            Setting("the same moves, a 64-feature token", {"d": 64}),
                             Setting("scale 0.01 (limit: eps = 1e-5 is about a tenth of the variance)",
                                     {"moves": ((0.0, 0.01),)}, expect=False)])
-def c77_invariance(seed, *, moves=INVARIANCE_MOVES):
-    deviations = invariance_deviations(moves, seed)
-    worst = max(deviations.values())
-    return Outcome(holds=worst < 1e-3, figure=worst,
+def c77_invariance(seed, *, moves=INVARIANCE_MOVES, d=16):
+    deviations = invariance_deviations(moves, seed, d)
+    return Outcome(holds=invariant(deviations), figure=max(deviations.values()),
                    detail=", ".join(f"(b {b:g}, a {a:g}) {v:.1e}" for (b, a), v in deviations.items()))
