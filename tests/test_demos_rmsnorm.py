@@ -200,6 +200,14 @@ def test_quietest_measures_again_only_while_the_machine_is_busy(monkeypatch):
     assert all(b > normbench.REMEASURE_BUSY for b in busy) and "busy" in normbench.busy_text(busy)
 
 
+def test_quietest_measures_again_while_the_checks_fail_and_keeps_a_measurement_they_accept():
+    made = iter([0.2, 0.9, 0.5])  # a spoiled first measurement, then two the judge accepts
+    result, busy = normbench.quietest(lambda: next(made), judge=lambda r: r > 0.4)
+    assert result in (0.9, 0.5) and 2 <= len(busy) <= 3
+    result, busy = normbench.quietest(lambda: 0.1, judge=lambda r: r > 0.4)  # never accepted: the claim then fails
+    assert result == 0.1 and len(busy) == normbench.MEASURE_TRIES
+
+
 def test_quality_and_probe_checks_fail_on_a_plausible_wrong_input():
     runs = {n: rms_demo.trained(n, 0) for n in ("layer", "rms", "none")}
     assert all(rms_demo.quality_checks(runs).values())
