@@ -128,24 +128,22 @@ class ClaimExperiment:
 EXPERIMENTS: dict[str, ClaimExperiment] = {}
 
 
-def _course_objects(code, namespace: dict, seen: set, found: list) -> None:
+def _course_objects(code, namespace: dict, seen: set, found: dict) -> None:
     """Every course function and class that `code` (and the code objects inside it) names, followed recursively."""
     import types
 
+    # `demo.verdict`, `norms.rms_norm`: a name can also be an attribute of a course module the code's namespace holds
+    modules = [m for m in namespace.values() if isinstance(m, types.ModuleType) and m.__name__.startswith(__package__)]
     stack = [code]
     while stack:
         c = stack.pop()
         stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
         for name in c.co_names:
-            candidates = [namespace.get(name)]
-            # `demo.verdict`, `norms.rms_norm`: an attribute of a course module the code names
-            candidates += [getattr(m, name, None) for m in list(namespace.values())
-                           if isinstance(m, types.ModuleType) and m.__name__.startswith(__package__)]
-            for obj in candidates:
+            for obj in [namespace.get(name)] + [getattr(m, name, None) for m in modules]:
                 _follow(obj, seen, found)
 
 
-def _follow(obj, seen: set, found: list) -> None:
+def _follow(obj, seen: set, found: dict) -> None:
     import types
 
     obj = getattr(obj, "__wrapped__", obj)
@@ -155,7 +153,7 @@ def _follow(obj, seen: set, found: list) -> None:
             return
         seen.add(key)
         try:
-            found.append(f"{key}\n{_source(obj)}")
+            found[key] = _source(obj)
         except (OSError, TypeError):
             return
         namespace = sys.modules[obj.__module__].__dict__
@@ -172,6 +170,13 @@ def _follow(obj, seen: set, found: list) -> None:
                 _follow(default, seen, found)
 
 
+def _reached_sources(experiment: ClaimExperiment) -> dict[tuple[str, str], str]:
+    """(module, qualname) -> source of every course function and class the experiment reaches."""
+    found: dict[tuple[str, str], str] = {}
+    _follow(experiment.function, set(), found)
+    return found
+
+
 @functools.lru_cache(maxsize=None)
 def _source(obj) -> str:
     return inspect.getsource(obj)
@@ -179,9 +184,7 @@ def _source(obj) -> str:
 
 def reached(experiment: ClaimExperiment) -> list[str]:
     """"module.qualname" of every course function and class the experiment reaches: what its fingerprint covers."""
-    found: list[str] = []
-    _follow(experiment.function, set(), found)
-    return sorted(".".join(eval(text.split("\n", 1)[0])) for text in found)
+    return sorted(".".join(key) for key in _reached_sources(experiment))
 
 
 def _closure(fn) -> dict:
@@ -201,8 +204,7 @@ def _filled(cell) -> bool:
 def fingerprint(experiment: ClaimExperiment) -> str:
     """A short hash of the experiment's source, of every course function and class it reaches (so a change to a
     helper it calls makes its report stale), of its settings, seeds and kind: a report with another is stale."""
-    found: list[str] = []
-    _follow(experiment.function, set(), found)
+    found = [f"{key}\n{source}" for key, source in _reached_sources(experiment).items()]
     if not found:  # a function defined outside the package (the tests' fakes): its own source
         found.append(inspect.getsource(experiment.function))
     if experiment.lessons:  # the notebook's own lesson cells are code the experiment runs too
@@ -216,22 +218,17 @@ def fingerprint(experiment: ClaimExperiment) -> str:
 
 def same_figure(kind: str, new: float, recorded: float) -> bool:
     """Does a rerun's figure reproduce the recorded one, for a figure of this kind (KINDS)?"""
-    if kind == "roundoff":
-        if not (math.isfinite(new) and math.isfinite(recorded)):
-            return math.isnan(new) == math.isnan(recorded) and (new == recorded or math.isnan(new))
-        if new == recorded:
-            return True
-        if new <= 0 or recorded <= 0:
-            return abs(new - recorded) <= 1e-6
-        return 1 / ROUNDOFF_FACTOR <= new / recorded <= ROUNDOFF_FACTOR
-    tolerance = KINDS[kind]
-    if tolerance is None:
+    if KINDS[kind] is None and kind != "roundoff":
         return True
     if math.isnan(new) or math.isnan(recorded):
         return math.isnan(new) and math.isnan(recorded)
-    if math.isinf(new) or math.isinf(recorded):
+    if math.isinf(new) or math.isinf(recorded) or new == recorded:
         return new == recorded
-    rel, abs_ = tolerance
+    if kind == "roundoff":
+        if new <= 0 or recorded <= 0:
+            return abs(new - recorded) <= 1e-6
+        return 1 / ROUNDOFF_FACTOR <= new / recorded <= ROUNDOFF_FACTOR
+    rel, abs_ = KINDS[kind]
     return abs(new - recorded) <= max(rel * abs(recorded), abs_)
 
 

@@ -400,9 +400,7 @@ class TrainingDemo(Panel):
         try:
             result = self.run(background=False)
         finally:
-            with self._quiet():
-                for name, value in current.items():
-                    self.controls[name].value = value
+            self.set(**current)  # the learner's settings back, and the plan that says what Train would do with them
         if result is None:
             self.checked_result()  # raises, saying why
         self.default_result = result

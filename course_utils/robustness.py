@@ -60,20 +60,11 @@ def load_experiments() -> dict[str, ClaimExperiment]:
     for nb in NOTEBOOKS:
         if nb.demos_module:
             importlib.import_module(nb.demos_module)
-    for cid, experiment in EXPERIMENTS.items():  # of the code as imported: a file edited during a run is not it
-        if _IMPORTED.get(cid, (None,))[0] is not experiment.function:
-            _IMPORTED[cid] = (experiment.function, fingerprint(experiment))
+    for experiment in EXPERIMENTS.values():
+        # read every source the fingerprint covers now, as imported (evidence keeps what it read): inspect reads
+        # files from disk, and a file edited during a run is not the code the run ran
+        fingerprint(experiment)
     return dict(sorted(EXPERIMENTS.items()))
-
-
-# claim -> the fingerprint of its experiment's code when it was imported, which is the code a run in this process
-# runs; inspect reads source files from disk, so a fingerprint taken after a run could be of a file edited meanwhile.
-_IMPORTED: dict[str, tuple] = {}
-
-
-def _imported_fingerprint(experiment: ClaimExperiment) -> str:
-    function, stamp = _IMPORTED.get(experiment.claim, (None, None))
-    return stamp if function is experiment.function else fingerprint(experiment)
 
 
 def is_current(experiment: ClaimExperiment) -> bool:
@@ -110,7 +101,7 @@ def run_claim(experiment: ClaimExperiment, seeds=None, progress=None) -> dict:
                          "fixed": setting.fixed, "runs": runs})
     return {"claim": experiment.claim, "notebook": experiment.notebook, "statement": experiment.statement,
             "figure": experiment.figure, "kind": experiment.kind,
-            "fingerprint": _imported_fingerprint(experiment),
+            "fingerprint": fingerprint(experiment),
             "experiment": f"{experiment.function.__module__}.{experiment.function.__qualname__}",
             "seeds": list(seeds), "settings": settings, **run_stamp(),
             "seconds": round(time.perf_counter() - started, 2)}
