@@ -30,10 +30,13 @@ def setup(seed: int = 0, threads: int | None = 1, student: str | None = None) ->
     import numpy as np
     import torch
 
-    from .quiz.notebook import set_student
+    from .quiz.notebook import numbers_line, set_student
     from .snapshot import install
 
     set_student(student)  # first, so that a bad id fails before anything is seeded
+    line = numbers_line()
+    if line:
+        print(line)
     install()
     random.seed(seed)
     np.random.seed(seed)

@@ -146,13 +146,21 @@ _PAGE_HELPER_ESM = r"""
 // With the widths go the traces each figure drew (`traces`): on a busy machine a view can start from the figure's
 // empty opening state and draw nothing, and Python then sends it the figure again.
 // And it keeps a figure whose widget module loads late listening (hearLateModules, below).
-const drawn = new WeakSet();  // the figures plotly has finished drawing, on this page
-const seen = new WeakMap();  // when each figure was first seen
-const listeners = new Set();
-document.addEventListener("plotlywidget-after-render", (event) => {
-  if (event.detail && event.detail.element) drawn.add(event.detail.element);
-  listeners.forEach((listener) => listener());
-});
+// anywidget loads this module once per helper (a module of its own each time), so what the helpers know of the page
+// lives in one place: a figure that finished drawing before its own cell's helper loaded was still seen drawing by
+// an earlier helper's listener (without it, the figure kept plotly's 700 px for 2 s, until the fallback below).
+const PAGE = Symbol.for("course.page-helpers");
+const shared = globalThis[PAGE] || (globalThis[PAGE] = (() => {
+  const page = { drawn: new WeakSet(), seen: new WeakMap(), listeners: new Set() };
+  document.addEventListener("plotlywidget-after-render", (event) => {
+    if (event.detail && event.detail.element) page.drawn.add(event.detail.element);
+    page.listeners.forEach((listener) => listener());
+  });
+  return page;
+})());
+const drawn = shared.drawn;  // the figures plotly has finished drawing, on this page
+const seen = shared.seen;  // when each figure was first seen
+const listeners = shared.listeners;
 // anywidget 0.11 rejects a model's `ready` 2 s after the model is made, loaded or not (its Runtime:
 // `AbortSignal.timeout(2e3)` ... `reject(new Error("[anywidget] Failed to initialize model."))`), and
 // AnyModel._handle_comm_msg awaits `ready` before it handles any message from the kernel: a figure whose 5 MB module
@@ -238,8 +246,13 @@ function render({ model, el }) {
         model.save_changes();
       }
     };
-    const later = () => { if (pending === null) pending = setTimeout(report, 80); };
-    listeners.add(later);
+    const later = () => {
+      // out of the page (its output cleared, or its cell taken out by JupyterLab's windowing): not listening until
+      // it is back (the observers below call this again when it is)
+      if (!root.isConnected) { listeners.delete(later); return; }
+      listeners.add(later);
+      if (pending === null) pending = setTimeout(report, 80);
+    };
     const observer = new ResizeObserver(later);
     observer.observe(root);
     // figures appear after the helper (each draws when its module has loaded): look again as they do

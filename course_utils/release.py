@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .quiz.files import KEY_FIELDS, mask_text, read_quiz
+from .quiz.files import KEY_FIELDS, RELEASE_MARKER, mask_text, read_quiz
 from .quiz.model import QuizFormatError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -313,6 +313,10 @@ def build_release(out: Path, force: bool = False, source: Path = ROOT) -> Summar
     if (source / "quizzes" / "assignments").is_dir():
         _copy_tree(source / "quizzes" / "assignments", quizzes / "assignments")
         summary.other_files.append("assignments/")
+    (out / RELEASE_MARKER).write_text(
+        "This folder is the student release of the course (python -m course_utils.release).\n"
+        "A notebook run from inside it reads the keyless quizzes/ beside this file, whichever course_utils Python\n"
+        "imports: a hub image with the full course installed still gives students no keys.\n", encoding="utf-8")
     return summary
 
 

@@ -2,7 +2,7 @@
 
 The expectations come from what the generator wrote into each notebook (course_utils.quiz.demo_class), never from
 the grader. The late policy of quizzes/assignments/whole_course.toml (10% per started day after 15 minutes' grace,
-0 after a week) is applied here by hand.
+0 after a week; an LMS's late flag without a time flagged, not deducted) is applied here by hand.
 """
 import csv
 import math
@@ -22,7 +22,9 @@ GRACE, PER_DAY, MAX_DAYS = timedelta(minutes=15), 0.1, 7
 def kept(layout: str, when, due) -> float:
     """The share of a notebook's score the late policy keeps, computed from the policy's words."""
     if layout.startswith("canvas"):
-        days = 1 if when > due else 0  # the LMS marks the file late without saying when: one day
+        # The LMS marks the file late without saying when: the assignment's `unknown = "flag"` deducts nothing and
+        # asks the instructor to look the time up (the row says so, checked below).
+        return 1.0
     else:
         days = max(0, math.ceil((when - due - GRACE) / timedelta(days=1)))
     return 0.0 if days > MAX_DAYS else 1 - PER_DAY * days
@@ -56,6 +58,8 @@ def test_every_student_gets_exactly_the_score_their_answers_earn(tmp_path, layou
             factor = kept(layout, when, demo.due) if when is not None else 1.0
             assert float(row[ref]) == pytest.approx(points * factor), (sid, ref, expect.statuses[ref])
         assert (row["late"] == "yes") == expect.late, sid
+        if layout.startswith("canvas"):
+            assert ("late, time unknown" in row["status"]) == expect.late, (sid, row["status"])
         for stem in expect.missing:
             assert f"missing {stem}" in row["status"] or expect.profile == "absent", sid
         if expect.profile == "absent":

@@ -488,8 +488,10 @@ def test_feedback_without_explanations_gives_no_key_away(tmp_path):
     files = {"jsmith/01_why_normalize.ipynb": notebook("01_why_normalize", wrong)}
     grade(tmp_path, files, "--no-explanations")
     text = (tmp_path / "out" / "feedback" / "s1.md").read_text(encoding="utf-8")
-    assert "Your answer:" in text and ": wrong" in text
+    # Only each question's score: not the answer, not right or wrong in words, nothing a late classmate could copy.
+    assert "Your answer" not in text and "wrong" not in text and "correct" not in text
     for q in QUIZ["01_why_normalize"].questions:
+        assert f"## {q.ref}: 0/{q.points:g}" in text and repr(wrong(q)) not in text
         assert q.explanation.splitlines()[0] not in text
         assert not any(c.feedback and c.feedback.splitlines()[0] in text for c in q.choices)
         assert not any(m.feedback.splitlines()[0] in text for m in q.mistakes)

@@ -78,7 +78,8 @@ def test_no_key_explanation_feedback_mistake_or_model_answer_is_in_the_release(o
 
 def test_the_release_holds_the_course_and_nothing_else(out):
     top = {p.name for p in out.iterdir()}
-    assert top == {"notebooks", "course_utils", "data", "quizzes", "pyproject.toml", "environment.yml", "README.md"}
+    assert top == {"notebooks", "course_utils", "data", "quizzes", "pyproject.toml", "environment.yml", "README.md",
+                   ".course-release"}
     assert not [p for p in out.rglob("*") if p.name in ("__pycache__", "tests", "benchmarks", ".git", "CLAIMS.md")
                 or p.suffix == ".pyc"]
     assert sorted(p.name for p in (out / "notebooks").glob("*.ipynb")) == sorted(
@@ -244,3 +245,35 @@ def test_keyless_files_keep_the_full_files_text_as_written(out):
     text = (out / "quizzes" / "chapter_2_4.toml").read_text(encoding="utf-8")
     assert text.startswith("# The students' copy") and "release = true" in text
     assert re.search(r"prompt = '''For a single token's activation vector \$x = \(\{x1\}", text)
+
+
+def test_a_release_notebook_stays_keyless_beside_the_full_course(out):
+    """A hub image built from the course folder has the full course (keys and all) importable; a notebook of the
+    release run there, in its own folder as a kernel is, still reads the release's keyless quizzes and says why.
+    The control: the same code run from outside the release judges the answer with the full keys."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, course_utils\n"
+            "from course_utils.quiz import answer, load_quiz\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    quiz = load_quiz('01_why_normalize')\n"
+            "q = quiz.questions[0]\n"
+            "r = answer(q.ref, 'a' if q.kind == 'choice' else 1.0)\n"
+            "print('FILE', course_utils.__file__)\n"
+            "print('RESULT', quiz.keyless, r.status, bool(r.explanation))\n"
+            "print('WARN', ' '.join(str(w.message) for w in caught))\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("COURSE_QUIZ_DIR", "JUPYTERHUB_USER")}
+    env["PYTHONPATH"] = str(ROOT)  # the full course first on the path, as an image that installed it has it
+    def run(cwd):
+        done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=120, check=True)
+        said = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line[:4] in ("FILE", "RESU", "WARN"))
+        return [said["FILE"], said["RESULT"], said["WARN"]]
+
+    inside, outside = run(out / "notebooks"), run(out.parent)
+    assert inside[0].startswith(str(ROOT)) and outside[0].startswith(str(ROOT))  # the full course was imported
+    assert inside[1] == "True recorded False", inside
+    assert "student release" in inside[2] and "stay keyless" in inside[2], inside
+    assert outside[1].split()[0] == "False" and outside[1].split()[1] in ("correct", "wrong"), outside

@@ -9,7 +9,8 @@ An instructor describes it in a small TOML file (quizzes/assignments/whole_cours
     grace_minutes = 15
     deduct_per_day = 0.1                   # share of the score lost per started day late ("deduct")
     max_days = 7                           # later than this scores 0 ("deduct")
-    unknown_days = 1                       # how late an LMS "late" flag without a time counts
+    unknown = "count"                      # an LMS "late" flag without a time: "count" it as unknown_days days
+    unknown_days = 1                       # late, "zero" (score 0) or "flag" (no deduction; the row asks you to look)
     [[notebooks]]
     notebook = "07_review"
     quizzes = ["chapter_2_4", "07_review", "self_check", "interview"]
@@ -38,6 +39,7 @@ from .model import Question, Quiz, QuizFormatError, UnknownQuizError
 __all__ = ["AssignmentError", "LatePolicy", "Part", "Assignment", "load_assignment", "ad_hoc_assignment"]
 
 LATE_POLICIES = ("accept", "deduct", "reject")
+UNKNOWN_LATENESS = ("count", "zero", "flag")
 _STEM = re.compile(r"[A-Za-z0-9_]{1,100}")
 
 
@@ -53,6 +55,7 @@ class LatePolicy:
     deduct_per_day: float = 0.0
     max_days: float | None = None
     unknown_days: float = 1.0
+    unknown: str = "count"
 
     def days_late(self, due: dt.datetime | None, submitted: dt.datetime | None) -> float:
         """Days after due + grace (0 when on time or when either time is unknown)."""
@@ -64,15 +67,22 @@ class LatePolicy:
     def factor(self, days_late: float, late_flag: bool) -> tuple[float, str]:
         """The share of the score kept, and a sentence saying why (empty when on time).
 
-        An LMS download (Canvas's `_LATE_`) says that a file was late but not by how much: it counts as
-        `unknown_days` days late."""
+        An LMS download (Canvas's `_LATE_`) says that a file was late but not by how much. `unknown` says what then:
+        "count" it as `unknown_days` days late, score it "zero", or "flag" it (kept whole, for the instructor to
+        look up in the LMS: a minute and three weeks look alike in the download)."""
         if days_late <= 0 and not late_flag:
             return 1.0, ""
         days = math.ceil(days_late) if days_late > 0 else self.unknown_days
+        rule = {"count": f"counted as {self.unknown_days:g} day(s) late", "zero": "scored 0, as the assignment says",
+                "flag": "no deduction made: look the time up in the LMS"}[self.unknown]
         when = (f"{days_late:.2f} days late" if days_late > 0 else
-                f"marked late by the LMS, which does not say by how much (counted as {self.unknown_days:g} day(s))")
+                f"late, time unknown (the LMS marks it late but does not say by how much): {rule}")
         if self.policy == "accept":
             return 1.0, f"{when}; accepted without penalty"
+        if days_late <= 0 and self.unknown == "flag":
+            return 1.0, when
+        if days_late <= 0 and self.unknown == "zero":
+            return 0.0, when
         if self.policy == "reject" or (self.max_days is not None and days > self.max_days):
             return 0.0, f"{when}; late work scores 0"
         keep = max(0.0, 1.0 - self.deduct_per_day * days)
@@ -147,17 +157,38 @@ def _load_quizzes(names, fail) -> dict[str, Quiz]:
             raise fail(str(e)) from None
         if getattr(quizzes[name], "keyless", False):
             raise fail(f"quiz {name!r} has no keys: it is the student release's copy. Grade with the full course "
-                       "(or set COURSE_QUIZ_DIR to the folder with the instructor's quiz files)")
+                       "(or set COURSE_QUIZ_DIR to the folder with the instructor's quiz files), from a folder "
+                       "outside any student release")
     return quizzes
 
 
+def course_notebooks() -> dict[str, str]:
+    """quiz -> the notebook the course asks it in, from the course's own assignment file (quizzes/assignments/
+    whole_course.toml lists every quiz of every notebook); empty where that file is missing or unreadable."""
+    from .files import quiz_dir
+
+    path = quiz_dir() / "assignments" / "whole_course.toml"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+    return {quiz: item["notebook"] for item in data.get("notebooks", []) if isinstance(item, dict)
+            and isinstance(item.get("notebook"), str) for quiz in item.get("quizzes", []) if isinstance(quiz, str)}
+
+
 def ad_hoc_assignment(quiz_names: list[str]) -> Assignment:
-    """An assignment of the given quizzes, each answered in the notebook of the same name (the --quiz option)."""
+    """An assignment of the given quizzes, each answered where the course asks it (the --quiz option): the chapter's
+    quiz, chapter_2_4, in 07_review with the other quizzes of 07; a quiz the course does not place, in the notebook
+    of its own name."""
     def fail(msg: str) -> AssignmentError:
         return AssignmentError(f"--quiz: {msg}")
     quizzes = _load_quizzes(dict.fromkeys(quiz_names), fail)
-    return Assignment(title=", ".join(quizzes), parts=tuple(Part(n, (n,)) for n in quizzes), quizzes=quizzes,
-                      source="--quiz")
+    where = course_notebooks()
+    parts: dict[str, list[str]] = {}
+    for name in quizzes:
+        parts.setdefault(where.get(name, name), []).append(name)
+    return Assignment(title=", ".join(quizzes), parts=tuple(Part(n, tuple(q)) for n, q in parts.items()),
+                      quizzes=quizzes, source="--quiz")
 
 
 def _number(value, where: str, fail, minimum: float = 0.0) -> float:
@@ -197,7 +228,7 @@ def load_assignment(path: str | Path) -> Assignment:
         if due.tzinfo is None:
             raise fail("due", "needs a time-zone offset (e.g. 2026-12-15T23:59:00+01:00 or ...Z for UTC)")
     late = data.get("late", {})
-    late_keys = {"policy", "grace_minutes", "deduct_per_day", "max_days", "unknown_days"}
+    late_keys = {"policy", "grace_minutes", "deduct_per_day", "max_days", "unknown_days", "unknown"}
     if not isinstance(late, dict):
         raise fail("late", f"must be a table with {', '.join(sorted(late_keys))}")
     if set(late) - late_keys:
@@ -211,10 +242,15 @@ def load_assignment(path: str | Path) -> Assignment:
     if policy == "deduct" and deduct == 0:
         raise fail("late.deduct_per_day", 'policy "deduct" needs a deduct_per_day above 0')
     max_days = late.get("max_days")
+    unknown = late.get("unknown", "count")
+    if unknown not in UNKNOWN_LATENESS:
+        raise fail("late.unknown", f"must be one of {', '.join(UNKNOWN_LATENESS)} (what an LMS \"late\" flag without "
+                                   f"a time costs), got {unknown!r}")
     late_policy = LatePolicy(policy=policy, grace_minutes=_number(late.get("grace_minutes", 0), "late.grace_minutes",
                                                                   fail), deduct_per_day=deduct,
                              max_days=None if max_days is None else _number(max_days, "late.max_days", fail),
-                             unknown_days=_number(late.get("unknown_days", 1), "late.unknown_days", fail))
+                             unknown_days=_number(late.get("unknown_days", 1), "late.unknown_days", fail),
+                             unknown=unknown)
     raw = data.get("notebooks")
     if not isinstance(raw, list) or not raw:
         raise fail("notebooks", "must be a non-empty array of tables ([[notebooks]] with notebook and quizzes)")

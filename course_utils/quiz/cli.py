@@ -38,7 +38,7 @@ from .files import quiz_dir, quiz_names
 from .gradebook import (PROBLEM_KINDS, ManualScoresError, grade_class, load_manual_scores, merge_manual_scores,
                         write_outputs)
 from .model import QuizFormatError
-from .students import RosterError, discover, load_roster
+from .students import RosterError, discover, load_roster, printable
 
 __all__ = ["EXIT_OK", "EXIT_PROBLEMS", "EXIT_USAGE", "EXIT_OUTPUT", "EXIT_COURSE_FILE", "PROGRESS_MIN", "main"]
 
@@ -60,8 +60,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="the assignment file: which notebooks and quizzes, points, due date, late policy "
                              "(example: quizzes/assignments/whole_course.toml)")
     parser.add_argument("--quiz", action="append", metavar="NAME",
-                        help="instead of --assignment: grade this quiz, answered in the notebook of the same name "
-                             "(repeatable). Quizzes: " + ", ".join(quiz_names()))
+                        help="instead of --assignment: grade this quiz, answered in the notebook where the course "
+                             "asks it (chapter_2_4 in 07_review), else the notebook of the same name (repeatable). "
+                             "Quizzes: " + ", ".join(quiz_names()))
     parser.add_argument("--roster", type=Path, metavar="CSV",
                         help="class list: student_id, and optionally name, login, email, canvas_id, section, aliases")
     parser.add_argument("--manual-scores", type=Path, metavar="CSV",
@@ -78,6 +79,26 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true",
                         help=f"no progress bar (one is shown on stderr for {PROGRESS_MIN} or more students)")
     return parser
+
+
+_SINGLE = ("--out", "--assignment", "--roster", "--manual-scores")
+
+
+def _options_given(argv: list[str]) -> str:
+    """Why the command line cannot be trusted, or "": an option that takes one value given twice. A shell glob over
+    students' folders (`grade submissions/*`) expands to their names, and one named `--out=...` would otherwise
+    silently redirect the outputs (argparse keeps the last)."""
+    seen: dict[str, str] = {}
+    for arg in argv:
+        if arg == "--":
+            break
+        option = arg.split("=", 1)[0]
+        if option in _SINGLE:
+            if option in seen:
+                return (f"{option} is given twice ({seen[option]!r} and {arg!r}). If a file or folder name starts "
+                        f"with '-', name it with its folder (./{arg}) or put the submissions after `--`.")
+            seen[option] = arg
+    return ""
 
 
 def _has_hand_scores(path: Path) -> bool:
@@ -105,6 +126,11 @@ def _load(args) -> Assignment:
 def main(argv: list[str] | None = None) -> int:
     """Run the batch grader; returns the exit code documented in the module docstring."""
     parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    given = _options_given(argv)
+    if given:
+        print(f"error: {given}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
@@ -149,11 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"error: could not write to {args.out}: {e}", file=sys.stderr)
         return EXIT_OUTPUT
-    _summary(rows, unowned + unlisted, assignment, args.out, len(entries))
+    _summary(rows, unowned + unlisted, assignment, args.out, len(entries), file_times=args.file_times)
     return EXIT_PROBLEMS if unowned or unlisted or any(r.problems for r in rows) else EXIT_OK
 
 
-def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> None:
+def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int, file_times: bool = False) -> None:
     bad = [r for r in rows if r.problems]
     due = f"; due {assignment.due:%Y-%m-%d %H:%M %Z}" if assignment.due else ""
     print(f"Assignment: {assignment.title}: {len(assignment.parts)} notebook(s), {len(assignment.questions)} "
@@ -167,6 +193,14 @@ def _summary(rows, unowned, assignment: Assignment, out: Path, n_files: int) -> 
         count = sum(any(p.kind == kind for p in r.problems) for r in rows)
         if count:
             print(f"  {count:4d} with {label}")
+    for kind, what in (("claims another student", "holds a file named as another student's (graded as the "
+                        "holder's only)"), ("over budget", "was not read in full (past the budget per student)")):
+        named = [r.student.student_id for r in rows if any(p.kind == kind for p in r.problems)]
+        if named:
+            print(f"  {what}: {', '.join(printable(n, 40) for n in named[:10])}{', ...' if len(named) > 10 else ''}")
+    if file_times:
+        print("  dates: notebooks without nbgrader's timestamp.txt are dated by their modification time, which a "
+              "student can set (touch -d): check any lateness that matters against the hub's or the LMS's records")
     for line in unowned[:5]:
         print(f"  not graded: {line}")
     if unowned:

@@ -21,10 +21,51 @@ _NAME = re.compile(r"[A-Za-z0-9_]+")
 _QID = re.compile(r"[a-z][a-z0-9_]*")
 
 
+# Written at the top of a student release: a notebook run inside one reads that release's keyless quizzes/.
+RELEASE_MARKER = ".course-release"
+_RELEASES: dict[str, Path | None] = {}
+_WARNED: set[Path] = set()
+
+
+def release_around(folder: Path | None = None) -> Path | None:
+    """The student release that holds `folder` (the working directory: a kernel's is its notebook's folder), found by
+    the marker the release writes, looking up to four folders up; None outside one."""
+    try:
+        folder = (folder or Path.cwd()).resolve()
+    except OSError:
+        return None
+    key = str(folder)
+    if key not in _RELEASES:
+        found = None
+        for candidate in [folder, *folder.parents][:5]:
+            if (candidate / RELEASE_MARKER).is_file() and (candidate / "quizzes").is_dir():
+                found = candidate
+                break
+        _RELEASES[key] = found
+    return _RELEASES[key]
+
+
 def quiz_dir() -> Path:
-    """Where quiz files live: $COURSE_QUIZ_DIR, else the quizzes shipped with the package (course_utils.resources)."""
+    """Where quiz files live: $COURSE_QUIZ_DIR; else, inside a student release, that release's keyless quizzes (even
+    where Python imported the full course: a hub image built from the course folder); else the quizzes shipped with
+    the package (course_utils.resources)."""
     env = os.environ.get("COURSE_QUIZ_DIR")
-    return Path(env) if env else course_folder("quizzes")
+    if env:
+        return Path(env)
+    release = release_around()
+    shipped = course_folder("quizzes")
+    if release is None:
+        return shipped
+    quizzes = release / "quizzes"
+    if quizzes.resolve() != shipped.resolve() and release not in _WARNED:
+        _WARNED.add(release)
+        import warnings
+
+        warnings.warn(f"This notebook is in the student release at {release}, but Python imported the course from "
+                      f"{shipped.parent} (the full course, with the answer keys). The quizzes stay keyless: they "
+                      f"are read from {quizzes}. To use the release's own package, run `pip install -e {release}` "
+                      "in this environment.", stacklevel=2)
+    return quizzes
 
 
 def quiz_names() -> list[str]:

@@ -17,12 +17,13 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .assignment import Assignment
-from .model import Result, _plain
+from .model import Result, _plain, normal_id
 from .source import CODE, Submission, read_notebook
 from .students import Entry, Roster, Student, printable
 
@@ -30,6 +31,10 @@ __all__ = ["StudentRow", "Problem", "PROBLEM_KINDS", "ManualScoresError", "grade
            "write_outputs", "STATUS_LIMIT", "OUTPUT_FILES"]
 
 STATUS_LIMIT = 300   # characters of the status column; the full list is in the student's feedback file
+# What reading one student's files may cost: files read, bytes read and seconds. A class's 9 notebooks with their
+# outputs are far inside it; past it the rest of that student's files are not read, and their row says so.
+STUDENT_FILES, STUDENT_BYTES, STUDENT_SECONDS = 60, 64 << 20, 10.0
+FEEDBACK_LINES = 100  # notes and problems listed in one feedback file (the rest are counted)
 OUTPUT_FILES = ("gradebook.csv", "canvas_import.csv", "moodle_import.csv", "item_analysis.csv",
                 "manual_grading.csv", "not_graded.txt", "feedback")
 _STEM_CLEAN = re.compile(r"[^a-z0-9]+")
@@ -80,9 +85,12 @@ PROBLEM_KINDS = {
     "no submission": "no submission",
     "not in roster": "not in the roster",
     "grader failed": "files the grader failed on",
+    "claims another student": "a file that names another student",
+    "over budget": "files past the budget per student, not looked at",
     "someone else's numbers": "someone else's numbers",
     "two files": "two files for one notebook",
     "missing notebook": "a notebook missing",
+    "late, time unknown": "late work whose time is unknown",
     "unreadable file": "files not read",
     "partly read file": "files only partly read",
     "unreadable answer": "answers that could not be read",
@@ -136,18 +144,45 @@ def _notebook_for(entry: Entry, sub: Submission, assignment: Assignment) -> str 
     return owners.pop() if len(owners) == 1 else None
 
 
+def hub_names(key: str) -> list[str]:
+    """What $JUPYTERHUB_USER may have been for a home folder named `key`, most likely last: the name itself; for The
+    Littlest JupyterHub's and the Kubernetes/Docker spawners' `jupyter-<user>`, the user; and that user with the
+    spawners' escapes undone (`jupyter-ada-40uni-2eedu` is `ada@uni.edu`)."""
+    names = [key]
+    if key.casefold().startswith("jupyter-") and len(key) > len("jupyter-"):
+        user = key[len("jupyter-"):]
+        names.append(user)
+        unescaped = re.sub(r"-([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), user)
+        if unescaped != user and unescaped.isprintable():
+            names.append(unescaped)
+    return names
+
+
 def _seed_for(student: Student, entry: Entry, sub: Submission, problems: list[Problem]) -> str | None:
-    """The id a student's own numbers come from: setup(student=...) if it names this student; else the hub user name
-    of a home folder or nbgrader submission (what $JUPYTERHUB_USER was); else their login or id."""
-    hub = entry.key if entry.layout.endswith(("folder", "nbgrader")) else None
-    own = hub or student.login or entry.key or student.student_id
+    """The id a student's own numbers come from, among this student's own ids only.
+
+    In order: the id the notebook printed its numbers were drawn for (setup()'s saved output) where it is one of
+    theirs; setup(student=...) where it names them; the hub user their home folder or nbgrader submission belongs to
+    (`jupyter-ada` -> `ada`); the roster's hub_user, login, or id. An id that names someone else is never used, and is
+    reported."""
+    hub = hub_names(entry.key) if entry.key and entry.layout.endswith(("folder", "nbgrader")) else []
+    mine = student.identities | {normal_id(n) for n in hub}
+    own = hub[-1] if hub else (student.hub_user or student.login or entry.key or student.student_id)
     claimed = sub.setup_student
-    known = student.identities | ({entry.key.strip().casefold()} if entry.key else set())
-    if claimed is None or claimed.strip().casefold() in known:
-        return claimed or own
-    problems.append(Problem("someone else's numbers", f"{sub.name}: setup(student={printable(claimed, 40)!r}) names "
-                            "someone else; graded with this student's own numbers"))
-    return own
+    if claimed is not None and normal_id(claimed) not in mine:
+        problems.append(Problem("someone else's numbers", f"{sub.name}: setup(student={printable(claimed, 40)!r}) "
+                                "names someone else; graded with this student's own numbers"))
+        claimed = None
+    if sub.drawn_for is not None:
+        drawn, source = sub.drawn_for
+        if normal_id(drawn) in mine:
+            return drawn
+        if claimed is None:
+            problems.append(Problem("someone else's numbers", f"{sub.name}: its quiz numbers were drawn for "
+                                    f"{printable(drawn, 40)!r} (from {source}, as its saved output says), not one "
+                                    f"of this student's ids; graded with this student's own numbers "
+                                    f"({printable(claimed or own, 40)!r})"))
+    return claimed or own
 
 
 def _grade_student(student: Student, entries: list[Entry], assignment: Assignment) -> StudentRow:
@@ -157,8 +192,21 @@ def _grade_student(student: Student, entries: list[Entry], assignment: Assignmen
     def when(e: Entry) -> tuple:
         return (e.submitted or dt.datetime.min.replace(tzinfo=dt.timezone.utc), e.order)
 
+    spent = _Spent()
     for entry in sorted(entries, key=lambda e: (when(e), e.display)):
+        if entry.problem:
+            row.problems.append(Problem("over budget", entry.problem))
+            continue
+        if entry.note:
+            row.notes.append(f"{entry.display}: {entry.note}")
+            if not entry.stem:
+                continue
+        over = spent.over()
+        if over:
+            row.problems.append(Problem("over budget", f"{entry.display} and any later file: not read, {over}"))
+            break
         data = entry.read()
+        spent.add(data)
         if isinstance(data, str):
             row.problems.append(Problem("unreadable file", f"{entry.display}: {data}"))
             continue
@@ -206,11 +254,35 @@ def _grade_student(student: Student, entries: list[Entry], assignment: Assignmen
     return row
 
 
+class _Spent:
+    """What reading one student's files has cost so far, against the budget per student (STUDENT_FILES files,
+    STUDENT_BYTES bytes, STUDENT_SECONDS seconds): one student's hundred big notebooks cost their row, not the class."""
+
+    def __init__(self):
+        self.files, self.bytes, self.start = 0, 0, time.monotonic()
+
+    def add(self, data) -> None:
+        self.files += 1
+        self.bytes += len(data) if isinstance(data, bytes) else 0
+
+    def over(self) -> str:
+        if self.files >= STUDENT_FILES:
+            return f"{STUDENT_FILES} files of this student were read already (the budget per student)"
+        if self.bytes >= STUDENT_BYTES:
+            return f"{STUDENT_BYTES >> 20} MB of this student's files were read already (the budget per student)"
+        if time.monotonic() - self.start >= STUDENT_SECONDS:
+            return f"reading this student's files took {STUDENT_SECONDS:g} s already (the budget per student)"
+        return ""
+
+
 def _lateness(entry: Entry, assignment: Assignment, row: StudentRow) -> tuple[float, str]:
     days = assignment.late.days_late(assignment.due, entry.submitted)
     if days > 0 or entry.late_flag:
         row.late = True
         row.days_late = max(row.days_late, days)
+    if days <= 0 and entry.late_flag and assignment.late.unknown == "flag" and assignment.late.policy != "accept":
+        row.problems.append(Problem("late, time unknown", f"{entry.display}: late, time unknown (the LMS does not "
+                                    "say by how much); no deduction made: look it up and adjust by hand"))
     return assignment.late.factor(days, entry.late_flag)
 
 
@@ -272,6 +344,26 @@ def _stranger(entry: Entry, no_roster: bool, taken: set[str]) -> Student:
                    login="" if lms else key, canvas_id=key if lms else "")
 
 
+def _claims(groups: dict[str, tuple[Student, list[Entry]]], roster: Roster | None,
+            strangers: dict[str, Student]) -> dict[str, list[Problem]]:
+    """student_id -> a problem for each of their files whose path names another student of this class (an LMS file
+    name, an nbgrader `submitted/<x>/`, a Moodle folder, below the layout's top level). The file stays its owner's:
+    nothing below the top level decides whose a file is, so no file can replace a classmate's work."""
+    found: dict[str, list[Problem]] = {}
+    for owner, entries in groups.values():
+        for entry in entries:
+            if not entry.claim:
+                continue
+            named = (roster.find(entry.claim) if roster is not None else None) or strangers.get(entry.claim)
+            if named is None or named.student_id == owner.student_id:
+                continue
+            found.setdefault(owner.student_id, []).append(Problem(
+                "claims another student", f"{entry.display} is named as {printable(named.student_id, 60)}'s "
+                f"({printable(entry.claim, 60)!r} in its path) but sits in this student's files: graded as this "
+                f"student's, never as {printable(named.student_id, 60)}'s; check who wrote it"))
+    return found
+
+
 def grade_class(entries: list[Entry], assignment: Assignment, roster: Roster | None,
                 progress: bool = False) -> tuple[list[StudentRow], list[str]]:
     """One row per student (roster order, then students found only in the submissions), and files nobody owns."""
@@ -288,10 +380,13 @@ def grade_class(entries: list[Entry], assignment: Assignment, roster: Roster | N
                            "student, or keep the LMS's file name)")
             continue
         student = roster.find(entry.key) if roster is not None else None
+        if student is None and roster is not None and entry.layout.endswith("moodle"):
+            student = roster.named(entry.name_hint)
         if student is None:
             student = strangers.get(entry.key) or _stranger(entry, roster is None, taken)
             strangers[entry.key] = student
         groups.setdefault(student.student_id, (student, []))[1].append(entry)
+    claims = _claims(groups, roster, strangers)
     rows = []
     from tqdm import tqdm
 
@@ -305,6 +400,7 @@ def grade_class(entries: list[Entry], assignment: Assignment, roster: Roster | N
                                        "graded, grade by hand"))
             for q in assignment.questions:
                 row.results[q.ref], row.scores[q.ref] = None, 0.0
+        row.problems[:0] = claims.get(student.student_id, [])
         if not student.in_roster and roster is not None:
             row.problems.insert(0, Problem("not in roster", "not in the roster"))
         if not mine:
@@ -487,24 +583,30 @@ def manual_grading_csv(rows: list[StudentRow], assignment: Assignment) -> str:
 
 
 def feedback_markdown(row: StudentRow, assignment: Assignment, keys: bool = True) -> str:
-    """A student's feedback file; with keys=False each question says only right or wrong (nothing that gives a key
-    away), for feedback sent while late work is still coming in."""
+    """A student's feedback file; with keys=False each question shows only its score (no answer, no verdict, no
+    explanation or hint: nothing a classmate who has not handed in yet could copy), for feedback sent while late work
+    is still coming in. Notes and problems are listed up to FEEDBACK_LINES, each line capped."""
     s = row.student
     lines = [f"# Feedback: {s.name or s.student_id} ({s.student_id})", "", f"Assignment: {assignment.title}", "",
              f"Score: {_num(row.total)} / {_num(assignment.max_points)}", ""]
     if row.files:
         lines += ["Files graded:", *(f"- {f}" for f in row.files), ""]
-    if row.problems or row.notes:
-        lines += ["Notes:", *(f"- {p}" for p in [*row.problems, *row.notes]), ""]
+    remarks = [*row.problems, *row.notes]
+    if remarks:
+        lines += ["Notes:", *(f"- {_line(p)}" for p in remarks[:FEEDBACK_LINES])]
+        if len(remarks) > FEEDBACK_LINES:
+            lines.append(f"- ... and {len(remarks) - FEEDBACK_LINES} more")
+        lines.append("")
     for q in assignment.questions:
         res = row.results.get(q.ref)
         if res is None:
             lines += [f"## {q.ref}: notebook not handed in", ""]
             continue
-        lines += [f"## {q.ref} ({_num(row.scores[q.ref])}/{_num(assignment.points_of(q.ref))}): {res.status}", ""]
+        score = f"{_num(row.scores[q.ref])}/{_num(assignment.points_of(q.ref))}"
         if not keys:
-            lines += ([f"Your answer: {printable(res.response, 80)}", ""] if res.response else [])
+            lines += [f"## {q.ref}: {score}" + ("" if res.answered else " (not answered)"), ""]
             continue
+        lines += [f"## {q.ref} ({score}): {res.status}", ""]
         lines += [res.feedback, ""]
         if res.explanation:
             lines += [f"Explanation: {res.explanation}", ""]
@@ -522,12 +624,22 @@ def feedback_markdown(row: StudentRow, assignment: Assignment, keys: bool = True
     return "\n".join(lines)
 
 
+def _line(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# Names Windows will not create a file under, whatever the extension (con.md opens the console).
+_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+
+
 def _feedback_names(rows: list[StudentRow]) -> list[str]:
     """A distinct file name per student, the same on every file system (case and unsafe characters folded)."""
     names, used = [], set()
     for r in rows:
         sid = r.student.student_id
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", sid).strip("._")[:80] or "student"
+        if stem.split(".")[0].casefold() in _RESERVED:  # Windows reserves the name whatever follows its first dot
+            stem = f"student-{stem}"
         name = stem
         if name.casefold() in used or stem != sid:
             name = f"{stem}-{hashlib.sha256(sid.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"

@@ -96,6 +96,18 @@ def current_student() -> str | None:
     return _STUDENT if _STUDENT is not None else os.environ.get("JUPYTERHUB_USER") or None
 
 
+def numbers_line() -> str:
+    """The line setup() prints when a student id is in effect: whose numbers the quizzes use and where that id came
+    from. Saved with the notebook's output, it tells the batch grader which of a student's ids to grade with (the
+    hub's `jupyter-ada` home folder holds the work of $JUPYTERHUB_USER `ada`); "" without an id."""
+    student = current_student()
+    if student is None:
+        return ""
+    source = "setup(student=...)" if _STUDENT is not None else "$JUPYTERHUB_USER"
+    return (f"Quiz numbers: your own, drawn for {student!r} (from {source}). Keep this output when you hand the "
+            "notebook in.")
+
+
 def _in_ipython() -> bool:
     ipython = sys.modules.get("IPython")
     return ipython is not None and ipython.get_ipython() is not None

@@ -62,6 +62,8 @@ class Submission:
     answers: list[Found] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
     setup_student: str | None = None  # the literal `student=` given to setup(...), if any
+    # (id, where from) that setup() printed its quiz numbers were drawn for (NUMBERS_LINE), as the notebook last ran
+    drawn_for: tuple[str, str] | None = None
 
 
 class _NotLiteral(Exception):
@@ -173,6 +175,30 @@ def _read_cell(source: str) -> tuple[list[Found], list[str], str | None]:
     return found, problems, student
 
 
+# What setup() prints when a student id is in effect (course_utils.quiz.notebook.numbers_line writes it): the grader
+# reads it from the setup cell's saved output, to grade with the id the student's numbers were drawn from.
+NUMBERS_LINE = re.compile(r"Quiz numbers: your own, drawn for (?P<id>'(?:[^'\\\n]|\\.){1,400}'|"
+                          r"\"(?:[^\"\\\n]|\\.){1,400}\") \(from (?P<source>\$JUPYTERHUB_USER|setup\(student=\.\.\.\))\)")
+
+
+def _drawn_for(cell: dict) -> tuple[str, str] | None:
+    """The id and source in a setup cell's saved output (NUMBERS_LINE), reading at most a few outputs' first KB."""
+    outputs = cell.get("outputs")
+    for output in outputs[:5] if isinstance(outputs, list) else []:
+        text = output.get("text") if isinstance(output, dict) else None
+        if isinstance(text, list) and all(isinstance(t, str) for t in text[:20]):
+            text = "".join(text[:20])
+        m = NUMBERS_LINE.search(text[:2000]) if isinstance(text, str) else None
+        if m:
+            try:
+                student = ast.literal_eval(m.group("id"))
+            except (ValueError, SyntaxError):
+                continue
+            if isinstance(student, str) and student.strip():
+                return student[:200], m.group("source")
+    return None
+
+
 def _short_metadata(nb: dict) -> dict[str, str]:
     meta = nb.get("metadata")
     course = meta.get("course") if isinstance(meta, dict) else None
@@ -239,4 +265,6 @@ def read_notebook(data: bytes, name: str) -> Submission:
         sub.problems.extend(problems)
         if student is not None:
             sub.setup_student = student
+        if "setup" in source:
+            sub.drawn_for = _drawn_for(cell) or sub.drawn_for
     return sub

@@ -27,16 +27,23 @@ from pathlib import Path
 
 from .source import MAX_BYTES
 
-__all__ = ["Entry", "Student", "Roster", "RosterError", "discover", "load_roster", "printable", "MAX_FILES"]
+__all__ = ["Entry", "Student", "Roster", "RosterError", "discover", "load_roster", "printable", "MAX_FILES",
+           "MAX_STUDENT_ENTRIES", "MAX_STUDENT_ZIP_BYTES"]
 
-MAX_FILES = 200_000      # entries looked at under one folder or zip
+MAX_FILES = 200_000      # entries looked at at the top of one folder, or in one zip
+MAX_STUDENT_ENTRIES = 20_000   # files and folders looked at in one student's folder (or zips, or LMS files)
+MAX_STUDENT_ZIP_BYTES = 64 << 20  # zips inside a student's zips, held in memory while the class is graded
 MAX_DEPTH = 16
+OVER_BUDGET = "over budget"
 # Canvas writes the name without separators; a name with underscores (another LMS, a renamed file) still parses.
 _CANVAS = re.compile(r"(?P<name>.{1,200}?)(?P<late>_LATE)?_(?P<uid>\d{1,20})_(?P<sid>\d{1,20})_(?P<file>.{1,500})",
                      re.S)
 _RESUBMIT = re.compile(r"(?:-(\d{1,6})|\s?\((\d{1,6})\))$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_NBGRADER_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s*(UTC|Z|[+-]\d{2}:?\d{2})?")
+# Moodle's "Download all submissions": a folder per student, `<Full name>_<participant id>_assignsubmission_file_`.
+_MOODLE = re.compile(r"(?P<name>.{1,200}?)_(?P<pid>\d{1,20})_assign(?:submission|feedback)_[a-z]{1,40}_?", re.S)
+_NBGRADER_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?)\s*"
+                            r"((?:UTC|GMT)?[+-]\d{2}:?\d{2}|[A-Za-z][A-Za-z_/+-]{0,40})?")
 
 
 def printable(name: str, limit: int = 300) -> str:
@@ -63,6 +70,9 @@ class Entry:
     late_flag: bool = False
     order: tuple = ()
     name_hint: str = ""
+    claim: str | None = None  # an owner the path names where nothing may name one (reported, decides nothing)
+    problem: str = ""         # not a file to read: this owner ran over a budget (their row says so)
+    note: str = ""            # a remark for this owner's row (a timestamp that dates nothing)
 
 
 @dataclass(frozen=True)
@@ -74,12 +84,14 @@ class Student:
     email: str = ""
     canvas_id: str = ""
     section: str = ""
+    hub_user: str = ""  # their JupyterHub user name, where it is none of the above (an e-mail, an LTI id)
     in_roster: bool = True
 
     @property
     def identities(self) -> set[str]:
-        """Every string that names this student, folded to lower case."""
-        return {v.casefold() for v in (self.student_id, self.login, self.email, self.canvas_id) if v}
+        """Every string that names this student, folded to lower case (as quiz numbers are seeded: stripped too)."""
+        return {v.strip().casefold() for v in (self.student_id, self.login, self.email, self.canvas_id, self.hub_user)
+                if v}
 
 
 class RosterError(ValueError):
@@ -94,18 +106,27 @@ class Roster:
 
     def find(self, key: str) -> Student | None:
         """The student a layout's key names (case ignored; JupyterHub's `jupyter-` prefix too), or None."""
-        folded = key.casefold()
-        for candidate in (folded, folded.removeprefix("jupyter-")):
-            if candidate in self.by_identity:
-                return self.by_identity[candidate]
+        from .gradebook import hub_names  # noqa: PLC0415 - one definition of the hubs' naming schemes
+
+        for candidate in hub_names(key.strip()):
+            if candidate.casefold() in self.by_identity:
+                return self.by_identity[candidate.casefold()]
         return None
 
+    def named(self, name: str) -> Student | None:
+        """The one student of this name (case and spacing ignored), or None (nobody, or two of that name): Moodle's
+        download names a student by full name and an id of its own that its grade export does not hold."""
+        folded = " ".join(name.split()).casefold()
+        found = [s for s in self.students if folded and " ".join(s.name.split()).casefold() == folded]
+        return found[0] if len(found) == 1 else None
 
-_ROSTER_COLUMNS = {"student_id", "name", "login", "email", "canvas_id", "section", "aliases"}
+
+_ROSTER_COLUMNS = {"student_id", "name", "login", "email", "canvas_id", "section", "hub_user", "aliases"}
 # The LMS's own exports work as rosters as they are: Canvas's gradebook export (Student, ID, SIS User ID, SIS Login
 # ID, Section) and Moodle's (First name, Last name, ID number, Email address, Username).
 _SYNONYMS = {"student": "name", "id": "canvas_id", "sis user id": "student_id", "sis login id": "login",
-             "id number": "student_id", "email address": "email", "username": "login", "full name": "name"}
+             "id number": "student_id", "email address": "email", "username": "login", "full name": "name",
+             "jupyterhub user": "hub_user", "hub user": "hub_user", "identifier": "aliases"}
 
 
 def load_roster(path: str | Path) -> Roster:
@@ -152,6 +173,8 @@ def load_roster(path: str | Path) -> Roster:
         if student.student_id in ids:
             raise RosterError(f"{path}: line {line}: student_id {student.student_id!r} appears twice")
         aliases = [a.strip() for a in values["aliases"].split(";") if a.strip()]
+        # Moodle's grading worksheet names each student "Participant 123456", the number its download's folders carry
+        aliases += [m.group(1) for a in aliases if (m := re.fullmatch(r"participant\s+(\d{1,20})", a, re.I))]
         for identity in student.identities | {a.casefold() for a in aliases}:
             other = roster.by_identity.get(identity)
             if other is not None and other is not student:
@@ -211,23 +234,27 @@ def _kind(mode: int) -> str:
     return "not a plain file"
 
 
-def _walk(root: Path) -> Iterable[tuple[tuple[str, ...], os.DirEntry | None, str]]:
-    """(relative parts, entry, problem) for every .ipynb and timestamp.txt below root; links are never followed."""
-    stack, seen = [(root, ())], 0
+def _walk(folder: Path, parts: tuple[str, ...], budget: int
+          ) -> Iterable[tuple[tuple[str, ...], os.DirEntry | None, str]]:
+    """(relative parts, entry, problem) for every .ipynb, .zip and timestamp.txt below folder (whose parts are given),
+    looking at no more than `budget` entries; links are never followed, hidden files and folders skipped."""
+    stack, seen = [(folder, parts)], 0
     while stack:
         folder, parts = stack.pop()
         try:
             with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
+                entries = []
+                for entry in it:
+                    seen += 1
+                    if seen > budget:
+                        yield parts, None, OVER_BUDGET
+                        return
+                    entries.append(entry)
         except OSError as e:
             yield parts, None, f"folder could not be listed ({e.strerror or e})"
             continue
         subfolders = []
-        for entry in entries:
-            seen += 1
-            if seen > MAX_FILES:
-                yield parts, None, f"more than {MAX_FILES:,} entries; the rest were not looked at"
-                return
+        for entry in sorted(entries, key=lambda e: e.name):
             if entry.name.startswith("."):
                 continue
             try:
@@ -242,18 +269,50 @@ def _walk(root: Path) -> Iterable[tuple[tuple[str, ...], os.DirEntry | None, str
         stack.extend(reversed(subfolders))
 
 
-def _nbgrader_time(text: str) -> dt.datetime | None:
+def _nbgrader_time(text: str) -> tuple[dt.datetime | None, str]:
+    """The time in an nbgrader timestamp.txt, and why there is none ("" when there is one).
+
+    nbgrader writes `%Y-%m-%d %H:%M:%S.%f %Z` in its `Exchange.timezone`: UTC by default, else a zone's abbreviation
+    (CET, EST, ...) or an offset. An abbreviation that names two zones (CST, IST, ...) or none known leaves the time
+    unknown rather than guessed."""
     m = _NBGRADER_TIME.search(text[:200])
     if not m:
-        return None
+        return None, "no date in it"
     try:
         when = dt.datetime.fromisoformat(m.group(1).replace(" ", "T"))
     except ValueError:
-        return None
-    zone = m.group(2)
-    if zone in (None, "UTC", "Z"):
-        return when.replace(tzinfo=dt.timezone.utc)
-    return dt.datetime.fromisoformat(f"{m.group(1).replace(' ', 'T')}{zone[:3]}:{zone[-2:]}")
+        return None, f"{m.group(1)!r} is not a date"
+    zone = (m.group(2) or "").strip()
+    if zone.upper() in ("", "UTC", "Z", "GMT", "UT"):
+        return when.replace(tzinfo=dt.timezone.utc), ""
+    offset = re.fullmatch(r"(?:UTC|GMT)?([+-])(\d{2}):?(\d{2})", zone, re.I)
+    if offset:
+        sign = 1 if offset.group(1) == "+" else -1
+        delta = dt.timedelta(hours=int(offset.group(2)), minutes=int(offset.group(3)))
+        return when.replace(tzinfo=dt.timezone(sign * delta)), ""
+    if zone.upper() in ZONE_ABBREVIATIONS:
+        hours = ZONE_ABBREVIATIONS[zone.upper()]
+        return when.replace(tzinfo=dt.timezone(dt.timedelta(hours=hours))), ""
+    if "/" in zone:  # a zone's name, as nbgrader's config takes it (Europe/Berlin)
+        try:
+            from zoneinfo import ZoneInfo
+            return when.replace(tzinfo=ZoneInfo(zone)), ""
+        except (ValueError, OSError, ImportError, KeyError):
+            pass
+    if zone.upper() in AMBIGUOUS_ZONES:
+        return None, f"its zone {printable(zone, 20)!r} names several time zones ({AMBIGUOUS_ZONES[zone.upper()]})"
+    return None, f"its zone {printable(zone, 20)!r} is not one the grader knows"
+
+
+# The abbreviations nbgrader's `%Z` writes for the zones it is most often set to, as hours from UTC.
+ZONE_ABBREVIATIONS = {
+    "WET": 0, "WEST": 1, "BST": 1, "CET": 1, "CEST": 2, "MET": 1, "MEST": 2, "EET": 2, "EEST": 3, "MSK": 3,
+    "EST": -5, "EDT": -4, "CDT": -5, "MST": -7, "MDT": -6, "PST": -8, "PDT": -7, "AKST": -9, "AKDT": -8,
+    "HST": -10, "NST": -3.5, "NDT": -2.5, "AST": -4, "ADT": -3, "JST": 9, "KST": 9, "HKT": 8, "SGT": 8, "AWST": 8,
+    "ACST": 9.5, "ACDT": 10.5, "AEST": 10, "AEDT": 11, "NZST": 12, "NZDT": 13, "PKT": 5, "WIB": 7, "SAST": 2,
+    "CAT": 2, "EAT": 3, "WAT": 1, "BRT": -3, "ART": -3, "CLT": -4, "CLST": -3, "PHT": 8, "ICT": 7,
+}
+AMBIGUOUS_ZONES = {"CST": "US Central -6, China +8, Cuba -5", "IST": "India +5:30, Ireland +1, Israel +2"}
 
 
 def _strip_resubmission(stem: str) -> tuple[str, int]:
@@ -263,40 +322,70 @@ def _strip_resubmission(stem: str) -> tuple[str, int]:
     return stem[:m.start()], int(m.group(1) or m.group(2))
 
 
-def _classify(parts: tuple[str, ...], origin: str) -> dict:
-    """Who a file belongs to and which notebook it is, from its path relative to the folder (or zip) given."""
+def _claim(parts: tuple[str, ...]) -> str | None:
+    """The owner a path names below the layout's top level, where nothing may name one: an nbgrader
+    `submitted/<student>/<assignment>/`, an LMS file name, a Moodle submission folder; or None."""
+    for i, part in enumerate(parts[:-1]):
+        if part == "submitted" and len(parts) - i >= 4:
+            return parts[i + 1]
+        m = _MOODLE.fullmatch(part)
+        if m:
+            return m.group("pid")
+    m = _CANVAS.fullmatch(parts[-1]) if parts else None
+    return m.group("uid") if m else None
+
+
+def _classify(parts: tuple[str, ...], origin: str, nbgrader: bool = False) -> dict:
+    """Who a file belongs to and which notebook it is, from its path relative to the folder (or zip) given.
+
+    Only the layout's top level names an owner: a file at the top with an LMS name (Canvas's), a top-level folder (a
+    home folder, a student's folder, a Moodle submission folder), or nbgrader's `submitted/<student>/` when the
+    folder given is an nbgrader course folder (or its `submitted/`; then `nbgrader` is True). Anything deeper that
+    looks like an owner is kept as `claim`, for the grader to report, and decides nothing."""
     filename = parts[-1]
-    base = filename[:-len(".ipynb")]
+    base = filename[:-len(".ipynb")] if filename.endswith(".ipynb") else filename
     # Outside an LMS download a "-1" or " (1)" suffix (a second browser download, a copy) says nothing of which file
     # came later, so only the LMS's suffix orders files; two files with nothing else between them are reported.
-    if len(parts) >= 4 and "submitted" in parts[:-3]:
-        i = len(parts) - 1 - parts[::-1].index("submitted")
-        if len(parts) - i >= 4:
-            return dict(key=parts[i + 1], layout="nbgrader", stem=_strip_resubmission(base)[0], order=(0, 0))
-    m = _CANVAS.fullmatch(filename)
-    if m:
-        stem, n = _strip_resubmission(m.group("file")[:-len(".ipynb")] if m.group("file").endswith(".ipynb")
-                                      else m.group("file"))
-        return dict(key=m.group("uid"), layout=f"{origin}lms", stem=stem, late_flag=bool(m.group("late")),
-                    order=(int(m.group("sid")), n), name_hint=m.group("name"))
     stem = _strip_resubmission(base)[0]
-    if len(parts) >= 2:
-        return dict(key=parts[0], layout=f"{origin}folder", stem=stem, order=(0, 0))
-    return dict(key=None, layout=origin or "file", stem=stem, order=(0, 0))
+    if nbgrader:
+        inner = parts[1:] if parts[0] == "submitted" else parts
+        if len(inner) < 2:
+            return dict(key=None, layout="nbgrader", stem=stem, order=(0, 0))
+        below = inner[2:] if len(inner) >= 3 else inner[1:]
+        return dict(key=inner[0], layout="nbgrader", stem=stem, order=(0, 0), claim=_claim(below))
+    if len(parts) == 1:
+        m = _CANVAS.fullmatch(filename)
+        if m:
+            file = m.group("file")
+            lms_stem, n = _strip_resubmission(file[:-len(".ipynb")] if file.endswith(".ipynb") else file)
+            return dict(key=m.group("uid"), layout=f"{origin}lms", stem=lms_stem, late_flag=bool(m.group("late")),
+                        order=(int(m.group("sid")), n), name_hint=m.group("name"))
+        return dict(key=None, layout=origin or "file", stem=stem, order=(0, 0))
+    m = _MOODLE.fullmatch(parts[0])
+    if m:
+        return dict(key=m.group("pid"), layout=f"{origin}moodle", stem=stem, order=(0, 0),
+                    name_hint=m.group("name"), claim=_claim(parts[1:]))
+    return dict(key=parts[0], layout=f"{origin}folder", stem=stem, order=(0, 0), claim=_claim(parts[1:]))
 
 
 def _inherit(where: dict, owner: dict | None) -> dict:
-    """A zip member's file name says which notebook it is; an LMS-named zip says whose it is and when."""
+    """A zip member's file name says which notebook it is; the zip's own place (an LMS name, a student's folder)
+    says whose it is and when. A member whose path names an owner of its own keeps that only as a claim."""
     if owner is None or owner.get("key") is None:
         return where
-    return {**where, **{k: owner[k] for k in ("key", "layout", "late_flag", "order", "name_hint", "submitted")
-                        if k in owner}}
+    claim = where.get("claim") or (where["key"] if where["layout"].endswith(("lms", "moodle", "nbgrader")) else None)
+    return {**where, "claim": claim, **{k: owner[k] for k in ("key", "layout", "late_flag", "order", "name_hint",
+                                                              "submitted") if k in owner}}
 
 
 def _zip_entries(zf: zipfile.ZipFile, display_root: str, keep_open: list, owner: dict | None = None,
-                 nested: bool = False) -> tuple[list[Entry], list[str]]:
-    """The notebooks in an open zip (and in zips inside it, one level down), never extracted."""
+                 nested: bool = False, budget: "_Budget | None" = None) -> tuple[list[Entry], list[str]]:
+    """The notebooks in an open zip (and in zips inside it, one level down), never extracted.
+
+    A zip that is the class's (no owner) may list up to MAX_FILES members, each top-level owner up to
+    MAX_STUDENT_ENTRIES of them; a zip a student handed in counts against that student's budget."""
     keep_open.append(zf)
+    budget = budget or _Budget()
     entries, problems = [], []
     infos = zf.infolist()
     if len(infos) > MAX_FILES:
@@ -309,6 +398,8 @@ def _zip_entries(zf: zipfile.ZipFile, display_root: str, keep_open: list, owner:
             continue
         where = _inherit(_classify(parts, "zip:"), owner)
         member_name = printable(f"{display_root}:{'/'.join(parts)}")
+        if not budget.take(where, member_name, entries):
+            continue
         if parts[-1].endswith(".zip"):
             if nested:
                 problems.append(f"{member_name}: a zip inside a zip inside a zip; not opened")
@@ -317,13 +408,15 @@ def _zip_entries(zf: zipfile.ZipFile, display_root: str, keep_open: list, owner:
             if isinstance(content, str):
                 problems.append(f"{member_name}: {content}")
                 continue
+            if not budget.take_bytes(where, member_name, len(content), entries):
+                continue
             try:
                 inner = zipfile.ZipFile(io.BytesIO(content))
             except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
                 problems.append(f"{member_name}: not a readable zip file ({type(e).__name__})")
                 continue
             found, more = _zip_entries(inner, member_name, keep_open, _inherit(_classify(parts, "zip:"), owner),
-                                       nested=True)
+                                       nested=True, budget=budget)
             entries += found
             problems += more
             continue
@@ -331,6 +424,54 @@ def _zip_entries(zf: zipfile.ZipFile, display_root: str, keep_open: list, owner:
             continue
         entries.append(Entry(display=member_name, read=lambda info=info: _read_member(zf, info), **where))
     return entries, problems
+
+
+class _Budget:
+    """What one owner (a top-level folder, an LMS name) may cost while the files are found: entries looked at, and
+    bytes of zips opened inside zips (held in memory). The first time an owner runs over, an entry saying so is
+    added for them (their row shows it); the rest of their files are not looked at."""
+
+    def __init__(self):
+        self.entries: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+        self.over: set[str] = set()
+
+    def _flag(self, where: dict, shown: str, what: str, found: list) -> bool:
+        key = where.get("key")
+        if key not in self.over:
+            self.over.add(key)
+            found.append(_over_budget(where, shown, what))
+        return False
+
+    def take(self, where: dict, shown: str, found: list) -> bool:
+        key = where.get("key")
+        if key is None:
+            return True
+        if key in self.over:
+            return False
+        self.entries[key] = self.entries.get(key, 0) + 1
+        if self.entries[key] > MAX_STUDENT_ENTRIES:
+            return self._flag(where, shown, f"more than {MAX_STUDENT_ENTRIES:,} files", found)
+        return True
+
+    def take_bytes(self, where: dict, shown: str, size: int, found: list) -> bool:
+        key = where.get("key")
+        if key is None:
+            return True
+        if key in self.over:
+            return False
+        self.bytes[key] = self.bytes.get(key, 0) + size
+        if self.bytes[key] > MAX_STUDENT_ZIP_BYTES:
+            return self._flag(where, shown, f"zips inside zips of over {MAX_STUDENT_ZIP_BYTES >> 20} MB", found)
+        return True
+
+
+def _over_budget(where: dict, shown: str, what: str) -> Entry:
+    """The entry that puts "over budget" on an owner's row: what ran over, and from which file on."""
+    return Entry(display=shown, read=lambda: "", key=where.get("key"), layout=where.get("layout", "folder"), stem="",
+                 name_hint=where.get("name_hint", ""),
+                 problem=f"{what} handed in (the budget per student): from {shown} on, nothing more was looked at; "
+                         "what was found before is graded, check the rest by hand")
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes | str:
@@ -360,16 +501,56 @@ def _read_zip_handle(path: Path) -> zipfile.ZipFile | str:
         return f"not a readable zip file ({type(e).__name__})"
 
 
-def discover(paths: Iterable[str | Path], keep_open: list, file_times: bool = False) -> tuple[list[Entry], list[str]]:
-    """Every notebook file under the paths given, and problems not tied to any one file.
+def _units(given: Path, problems: list[str]) -> tuple[list[tuple[tuple[str, ...], os.DirEntry]], bool]:
+    """The folder's top level, as the layout defines it: (parts, entry) of each file and folder at the top (for an
+    nbgrader course folder, each student's folder in submitted/), and whether the folder is nbgrader's."""
+    def listing(folder: Path, parts: tuple[str, ...]) -> list[tuple[tuple[str, ...], os.DirEntry]]:
+        found = []
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    if len(found) >= MAX_FILES:
+                        problems.append(f"{printable('/'.join(parts)) or printable(os.fsdecode(folder))}: more than "
+                                        f"{MAX_FILES:,} entries at its top level; the rest were not looked at")
+                        break
+                    if not entry.name.startswith("."):
+                        found.append(((*parts, entry.name), entry))
+        except OSError as e:
+            problems.append(f"{printable(os.fsdecode(folder))}: folder could not be listed ({e.strerror or e})")
+        return sorted(found, key=lambda pe: pe[0])
 
-    Folders are searched recursively (hidden ones skipped, links never followed); `.zip` files are read in place,
-    each once. A `timestamp.txt` (nbgrader's) dates the notebooks beside it; with `file_times`, a notebook without one
-    is dated by its modification time (home folders copied with their times kept, `cp -p` or `rsync -a`).
-    Open zip files are appended to `keep_open`; the caller closes them once every entry has been read.
-    Raises FileNotFoundError for a path that does not exist.
+    top = listing(given, ())
+    if given.name == "submitted":
+        return top, True
+    submitted = [e for parts, e in top if parts == ("submitted",) and _is_dir(e)]
+    if not submitted:
+        return top, False
+    others = [printable(parts[0], 60) for parts, _ in top if parts != ("submitted",)]
+    if others:
+        problems.append(f"{printable(os.fsdecode(given))}: an nbgrader course folder: only submitted/ is graded, not "
+                        f"{', '.join(others[:5])}{', ...' if len(others) > 5 else ''}")
+    return listing(Path(submitted[0].path), ("submitted",)), True
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def discover(paths: Iterable[str | Path], keep_open: list, file_times: bool = False) -> tuple[list[Entry], list[str]]:
+    """Every notebook file under the paths given, and problems not tied to any one student.
+
+    Folders are searched recursively (hidden ones skipped, links never followed), each top-level folder (a student's)
+    with a budget of its own (MAX_STUDENT_ENTRIES); `.zip` files are read in place, each once. nbgrader's
+    `timestamp.txt` in `submitted/<student>/<assignment>/` dates the notebooks of that submission; one anywhere else
+    dates nothing. With `file_times`, a notebook without one is dated by its modification time (home folders copied
+    with their times kept, `cp -p` or `rsync -a`). Open zip files are appended to `keep_open`; the caller closes them
+    once every entry has been read. Raises FileNotFoundError for a path that does not exist.
     """
     entries, problems, zips_seen = [], [], set()
+    budget = _Budget()
 
     def add_zip(path: Path, shown: str, owner: dict | None) -> None:
         real = os.path.abspath(path)  # not realpath: a link is reported under its own name, not its target's
@@ -380,44 +561,88 @@ def discover(paths: Iterable[str | Path], keep_open: list, file_times: bool = Fa
         if isinstance(zf, str):
             problems.append(f"{shown}: {zf}")
             return
-        found, more = _zip_entries(zf, shown, keep_open, owner)
+        found, more = _zip_entries(zf, shown, keep_open, owner, budget=budget)
         entries.extend(found)
         problems.extend(more)
+
+    def add_file(parts: tuple[str, ...], entry: os.DirEntry, where: dict) -> None:
+        shown = printable("/".join(parts))
+        if parts[-1].endswith(".zip"):
+            # An LMS download saved beside other files, or a zip a student handed in: its own name (or folder)
+            # says whose notebooks are inside. A link or a FIFO named .zip is reported, never opened.
+            add_zip(Path(entry.path), shown, where if where["key"] else None)
+            return
+        if file_times and where.get("submitted") is None:
+            where["submitted"] = _mtime(entry)
+        entries.append(Entry(display=shown, read=lambda p=entry.path: _read_regular(p), **where))
 
     for given in map(Path, paths):
         if not os.path.lexists(given):
             raise FileNotFoundError(given)
         if given.is_dir():
-            timestamps: dict[tuple[str, ...], Path] = {}
-            files = []
-            for parts, entry, problem in _walk(given):
-                if problem:
-                    problems.append(f"{printable('/'.join(parts)) or printable(os.fsdecode(given))}: {problem}")
-                elif parts[-1] == "timestamp.txt":
-                    timestamps[parts[:-1]] = Path(entry.path)
-                else:
-                    files.append((parts, entry))
-            for parts, entry in files:
-                where = _classify(parts, "")
-                if parts[:-1] in timestamps:
-                    text = _read_regular(timestamps[parts[:-1]])
-                    if isinstance(text, bytes):
-                        where["submitted"] = _nbgrader_time(text[:200].decode("utf-8", "replace"))
-                elif file_times:
-                    where["submitted"] = _mtime(entry)
-                shown = printable("/".join(parts))
-                if parts[-1].endswith(".zip"):
-                    # An LMS download saved beside other files, or a zip a student handed in: its own name (or
-                    # folder) says whose notebooks are inside. A link or a FIFO named .zip is reported, never opened.
-                    add_zip(Path(entry.path), shown, where if len(parts) > 1 or where["key"] else None)
+            units, nbgrader = _units(given, problems)
+            for parts, top in units:
+                if not _is_dir(top):
+                    where = _classify(parts, "", nbgrader)
+                    if top.name.endswith((".ipynb", ".zip")) and budget.take(where, printable(parts[-1]), entries):
+                        add_file(parts, top, where)
                     continue
-                entries.append(Entry(display=shown, read=lambda p=entry.path: _read_regular(p), **where))
+                found, stamps, owner = [], {}, None
+                for sub_parts, entry, problem in _walk(Path(top.path), parts, MAX_STUDENT_ENTRIES):
+                    if problem == OVER_BUDGET:
+                        owner = owner or _classify((*sub_parts, "x.ipynb"), "", nbgrader)
+                        found.append(("over", sub_parts, owner))
+                        break
+                    if problem:
+                        problems.append(f"{printable('/'.join(sub_parts))}: {problem}")
+                    elif sub_parts[-1] == "timestamp.txt":
+                        stamps[sub_parts[:-1]] = entry
+                    else:
+                        found.append(("file", sub_parts, entry))
+                for what, sub_parts, entry in found:
+                    if what == "over":
+                        entries.append(_over_budget(entry, printable("/".join(parts)) + "/",
+                                                    f"more than {MAX_STUDENT_ENTRIES:,} files and folders"))
+                        continue
+                    where = _classify(sub_parts, "", nbgrader)
+                    folder = _stamped_folder(sub_parts, nbgrader)
+                    if folder is not None and folder in stamps:
+                        when, why = _stamp_time(stamps[folder])
+                        where["submitted"] = when
+                        if why:
+                            where["note"] = (f"{printable('/'.join(folder))}/timestamp.txt: {why}; the submission "
+                                             "time is unknown, so lateness was not judged")
+                    if budget.take(where, printable("/".join(sub_parts)), entries):
+                        add_file(sub_parts, entry, where)
+                for folder in stamps:
+                    if _stamped_folder((*folder, "x.ipynb"), nbgrader) != folder:
+                        where = _classify((*folder, "timestamp.txt"), "", nbgrader)
+                        entries.append(Entry(display=printable("/".join((*folder, "timestamp.txt"))), read=lambda: "",
+                                             stem="", **{k: where[k] for k in ("key", "layout")},
+                                             note="a timestamp.txt that is not where nbgrader writes one "
+                                                  "(submitted/<student>/<assignment>/): it dates nothing"))
         elif str(given).endswith(".zip"):
             add_zip(given, printable(given.name), None)
         else:
             where = _classify((given.parent.name, given.name) if given.parent.name else (given.name,), "")
+            where.pop("claim", None)
             entries.append(Entry(display=printable(given.name), read=lambda p=given: _read_regular(p), **where))
     return entries, problems
+
+
+def _stamped_folder(parts: tuple[str, ...], nbgrader: bool) -> tuple[str, ...] | None:
+    """The folder whose nbgrader timestamp.txt dates a file: `submitted/<student>/<assignment>`, or None."""
+    if not nbgrader:
+        return None
+    start = 1 if parts[0] == "submitted" else 0
+    return parts[:start + 2] if len(parts) >= start + 3 else None
+
+
+def _stamp_time(entry: os.DirEntry) -> tuple[dt.datetime | None, str]:
+    text = _read_regular(entry.path)
+    if isinstance(text, str):
+        return None, text
+    return _nbgrader_time(text[:200].decode("utf-8", "replace"))
 
 
 def _mtime(entry: os.DirEntry) -> dt.datetime | None:
