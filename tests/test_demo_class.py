@@ -299,7 +299,7 @@ def test_hostile_contents(hostile):
 
 def test_zip_bomb_members(hostile):
     folder, reports = hostile
-    path = next(folder.glob("*.zip"))
+    path = next(folder.glob("bombs_*.zip"))
     assert path.stat().st_size < 2 * 2**20
     with zipfile.ZipFile(path) as zf:
         infos = {i.filename: i for i in zf.infolist()}

@@ -354,3 +354,21 @@ def test_the_hostile_layout_cases_in_a_subprocess_never_hang(tmp_path):
     rows = read_rows(tmp_path / "o" / "gradebook.csv")
     assert rows["s1"]["total"] == FULL and rows["s1"]["status"] == "ok"
     assert "holds a file named as another student's" in done.stdout and "s3" in done.stdout
+
+
+class Source(str):
+    """A value that notebook() writes into the answer cell as this source text."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+@pytest.mark.parametrize("value", ['"abc"', "[1, 2]", "True", "1e400", "{'a': 1}"])
+def test_an_answer_the_question_cannot_take_is_a_problem_not_ok(tmp_path, value):
+    q = QUIZ["01_why_normalize"].questions[0]
+    bad = notebook("01_why_normalize", pick=lambda item: Source(value) if item is q else item.answer)
+    _, rows = grade(tmp_path, home("jsmith", {**BOTH, "01_why_normalize.ipynb": bad}), roster=ROSTER)
+    assert rows["s1"][q.ref] == "0" and f"{q.ref}:" in rows["s1"]["status"] and "takes" in rows["s1"]["status"]
+    (tmp_path / "control").mkdir()  # the control: the key in the same cell is ok
+    _, rows = grade(tmp_path / "control", home("jsmith", BOTH), roster=ROSTER)
+    assert rows["s1"]["status"] == "ok" and rows["s1"][q.ref] == pts(q.points)

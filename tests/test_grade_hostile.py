@@ -85,6 +85,14 @@ def _lying_zip() -> bytes:
     return bytes(data)
 
 
+def _zip_of(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buffer.getvalue()
+
+
 # kind -> (how to make it in a class folder, what eve's row must say)
 KINDS = {
     "fifo": (lambda f: os.mkfifo(os.path.join(f, "eve", "01_why_normalize.ipynb")), "not a regular file (a FIFO)"),
@@ -112,6 +120,13 @@ KINDS = {
     "empty-file": (lambda f: put(f, "eve/01_why_normalize.ipynb", b""), "invalid JSON"),
     # A folder is searched, not opened; with nothing in it eve handed nothing in (a roster would list her).
     "folder-named-ipynb": (lambda f: os.makedirs(os.path.join(f, "eve", "01_why_normalize.ipynb")), None),
+    # A path that names a classmate below the top level (nbgrader's submitted/<x>/): a claim, never an owner.
+    "plants-a-classmates-file": (lambda f: put(f, "eve/junk/submitted/ada/x/01_why_normalize.ipynb", cells(
+        'answer("01_why_normalize.q1", ...)')), "never as ada's"),
+    # Three zips of 25 notebooks each: reading stops at the budget per student.
+    "many-zipped-notebooks": (lambda f: [put(f, f"eve/part{i}.zip", _zip_of({f"c{j}/01_why_normalize.ipynb": GOOD
+                                                                          for j in range(25)})) for i in range(3)],
+                              "budget per student"),
     "someone-elses-numbers": (lambda f: put(f, "eve/01_why_normalize.ipynb", cells(
         'setup(seed=0, student="ada")', *(f'answer("{q.ref}", {q.answer!r})' for q in QUIZ.questions))),
         "names someone else"),

@@ -4,11 +4,14 @@ The grader reads every notebook as data: it finds each `answer("<quiz>.<id>", <l
 literal, and grades it against the key in the quiz files. It never executes, imports or evaluates a submission, and
 ignores stored outputs, so every score is recomputed from the key.
 
-It recognises who submitted what: an LMS download (Canvas-style `name_userid_submissionid_file.ipynb`, `_LATE_`, `-1`
-resubmissions), a zip of one, nbgrader's submitted/<student>/<assignment>/, JupyterHub home folders or one folder per
-student; --roster maps any of these to a student id and name, and gives every enrolled student a row. One row per
-student: a column per question, the total over every notebook of the assignment, the latest submission of each
-notebook, the late flag, and a status naming what is missing.
+It recognises who submitted what, from the top level of each folder or zip given: an LMS download (Canvas-style
+`name_userid_submissionid_file.ipynb`, `_LATE_`, `-1` resubmissions; Moodle's folder per student), a zip of one,
+nbgrader's submitted/<student>/<assignment>/, JupyterHub home folders or one folder per student. Nothing deeper
+names an owner: a file planted under a classmate's name is reported on its holder's row. --roster maps any of these
+to a student id and name, and gives every enrolled student a row. One row per student: a column per question, the
+total over every notebook of the assignment, the latest submission of each notebook, the late flag, and a status
+naming what is missing. Each student's numbers in the per-student questions are those their notebook was run with
+(setup() prints the id; TLJH's jupyter-<user> homes are understood), never a classmate's.
 
 Output in --out (replaced whole on every run): gradebook.csv, canvas_import.csv (Canvas's gradebook import),
 moodle_import.csv (Moodle's CSV grade import), item_analysis.csv, manual_grading.csv (the open answers, to score by
@@ -16,11 +19,13 @@ hand and merge back with --manual-scores), not_graded.txt (files no student coul
 feedback/<student>.md.
 
 No submission can stop the batch: links are not followed, FIFOs and devices not opened, files over 10 MB not read,
-reading one notebook is bounded in time and memory, and anything unforeseen is reported in that student's row.
+reading one notebook is bounded in time and memory, each student's files are bounded too (files and folders looked
+at, files and bytes read, seconds), and anything unforeseen is reported in that student's row.
 
 Exit codes:
   0  every student's files were read and graded without problems
-  1  the outputs were written, but some rows have problems (see their status column)
+  1  the outputs were written, but some rows have problems (see their status column), or some files were not
+     looked at (a student past their budget; the summary names them)
   2  usage error: bad arguments, a path that does not exist, no notebooks found, no assignment given
   3  the output files could not be written
   4  a course file is malformed: the assignment, a quiz file, the roster or the manual scores (the message names

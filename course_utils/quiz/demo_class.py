@@ -765,12 +765,67 @@ def _h_zip_bomb(folder: Path) -> dict[str, str]:
                                "inflated"}
 
 
+def _victim_ids(victim: Path | None) -> tuple[str, str]:
+    """(LMS id, folder name) of the classmate a planted file names: the victim's, where its path says them."""
+    from .students import _CANVAS
+
+    m = _CANVAS.fullmatch(victim.name) if victim is not None else None
+    if m:
+        return m.group("uid"), m.group("uid")
+    return "13", victim.parent.name if victim is not None else "victim"
+
+
+def _h_planted_claim(folder: Path, victim: Path | None = None) -> dict[str, str]:
+    uid, login = _victim_ids(victim)
+    blank = _notebook('answer("01_why_normalize.q1", ...)')
+    canvas = folder / "mallory" / f"x_{uid}_99999999_{_STEM}.ipynb"
+    nbgrader = folder / "mallory" / "junk" / "submitted" / login / "x" / f"{_STEM}.ipynb"
+    nbgrader.parent.mkdir(parents=True)
+    canvas.write_bytes(blank)
+    nbgrader.write_bytes(blank)
+    (nbgrader.parent / "timestamp.txt").write_text("2030-01-01 00:00:00.000000 UTC", encoding="utf-8")
+    return {f"mallory/{canvas.name}": "a blank notebook named as a classmate's LMS file, in the holder's own folder: "
+                                      "graded as the holder's, reported on the holder's row; the classmate's row "
+                                      "is untouched",
+            f"mallory/junk/submitted/{login}/x/{_STEM}.ipynb": "an nbgrader path naming a classmate, with a late "
+                                                               "timestamp.txt: the same; the timestamp dates nothing"}
+
+
+def _h_huge_folder(folder: Path) -> dict[str, str]:
+    lib = folder / "venvowner" / "venv" / "lib"
+    lib.mkdir(parents=True)
+    from .students import MAX_STUDENT_ENTRIES
+
+    for i in range(MAX_STUDENT_ENTRIES + 1):  # one past the budget: 200,001 cost no more (the walk stops at it)
+        os.close(os.open(lib / f"m{i}.py", os.O_CREAT | os.O_WRONLY, 0o644))
+    return {"venvowner/": f"{MAX_STUDENT_ENTRIES + 1:,} files in one student's folder (a virtualenv): the walk "
+                          "stops at that student's budget, their row says so, the rest of the class is graded in "
+                          "full"}
+
+
+def _h_big_zips(folder: Path) -> dict[str, str]:
+    cell = '{"cell_type":"code","source":"answer(\\"x.q1\\", 1)"}'
+    big = ('{"nbformat":4,"nbformat_minor":5,"metadata":{},"cells":[' + ",".join([cell] * 190_000) + "]}").encode()
+    noise = random.Random(44).randbytes(15 << 20)
+    out = {}
+    for i in range(3):
+        name = f"bigzips_44_{440 + i}_part{i}.zip"
+        with zipfile.ZipFile(folder / name, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+            for j in range(30):
+                zf.writestr(f"copy{j:02d}/{_STEM}.ipynb", big)
+            zf.writestr("noise.bin", noise)
+        out[name] = ("a 20 MB zip of thirty 9.5 MB notebooks, three of them from one student: reading stops at the "
+                     "budget per student (files, bytes, seconds), their row says so, memory stays bounded")
+    return out
+
+
 HOSTILE_KINDS = {"fifo": _h_fifo, "symlink_dev_zero": _h_symlink_dev_zero, "symlink_other": _h_symlink_other,
                  "name_not_utf8": _h_name_not_utf8, "name_specials": _h_name_specials, "magic_lines": _h_magic_lines,
                  "huge_cell": _h_huge_cell, "random_bytes": _h_random_bytes, "deep_json": _h_deep_json,
                  "many_cells": _h_many_cells, "odd_calls": _h_odd_calls, "merged_names": _h_merged_names,
                  "nbformat3": _h_nbformat3, "invalid_json": _h_invalid_json, "empty": _h_empty,
-                 "directory": _h_directory, "zip_bomb": _h_zip_bomb}
+                 "directory": _h_directory, "zip_bomb": _h_zip_bomb, "planted_claim": _h_planted_claim,
+                 "huge_folder": _h_huge_folder, "big_zips": _h_big_zips}
 
 
 def write_hostile(folder: Path, kinds: list[str] | None = None, *, victim: Path | None = None) -> dict[str, str]:
@@ -785,7 +840,7 @@ def write_hostile(folder: Path, kinds: list[str] | None = None, *, victim: Path 
     out = {}
     for kind in kinds if kinds is not None else HOSTILE_KINDS:
         writer = HOSTILE_KINDS[kind]
-        out |= writer(folder, victim) if kind == "symlink_other" else writer(folder)
+        out |= writer(folder, victim) if kind in ("symlink_other", "planted_claim") else writer(folder)
     return out
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from .assignment import Assignment
 from .model import Result, _plain, normal_id
 from .source import CODE, Submission, read_notebook
-from .students import Entry, Roster, Student, printable
+from .students import Entry, Roster, Student, hub_names, printable
 
 __all__ = ["StudentRow", "Problem", "PROBLEM_KINDS", "ManualScoresError", "grade_class", "load_manual_scores",
            "write_outputs", "STATUS_LIMIT", "OUTPUT_FILES"]
@@ -142,20 +142,6 @@ def _notebook_for(entry: Entry, sub: Submission, assignment: Assignment) -> str 
         return named
     owners = {assignment.notebook_of(f.ref.partition(".")[0]) for f in sub.answers} - {None}
     return owners.pop() if len(owners) == 1 else None
-
-
-def hub_names(key: str) -> list[str]:
-    """What $JUPYTERHUB_USER may have been for a home folder named `key`, most likely last: the name itself; for The
-    Littlest JupyterHub's and the Kubernetes/Docker spawners' `jupyter-<user>`, the user; and that user with the
-    spawners' escapes undone (`jupyter-ada-40uni-2eedu` is `ada@uni.edu`)."""
-    names = [key]
-    if key.casefold().startswith("jupyter-") and len(key) > len("jupyter-"):
-        user = key[len("jupyter-"):]
-        names.append(user)
-        unescaped = re.sub(r"-([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), user)
-        if unescaped != user and unescaped.isprintable():
-            names.append(unescaped)
-    return names
 
 
 def _seed_for(student: Student, entry: Entry, sub: Submission, problems: list[Problem]) -> str | None:
@@ -329,6 +315,9 @@ def _grade_part(row: StudentRow, quiz_names: tuple[str, ...], sub: Submission, a
                 continue
             if result.status == "unanswered":
                 row.problems.append(Problem("not answered", f"{q.ref} not answered"))
+            elif result.status == "unreadable" and not last.problem:  # a literal this question cannot take ("abc")
+                row.problems.append(Problem("unreadable answer", f"{q.ref}: {printable(repr(last.value), 40)} is not "
+                                            f"an answer this {q.kind} question takes"))
             row.results[q.ref] = result
             row.scores[q.ref] = factor * (result.score / q.points) * assignment.points_of(q.ref)
 

@@ -1,16 +1,24 @@
 """Who submitted what: find the notebook files in the layouts instructors get, safely, and match them to students.
 
-Layouts recognised, file by file (a class may mix them):
+Layouts recognised (a class may mix them). Only the top level of the folder or zip given says whose a file is:
 
-- an LMS download (Canvas style): `<name>_<userid>_<submissionid>_<original file name>`, `<name>_LATE_<userid>_...`
-  for late work, and a `-1`, `-2` suffix on the original name for a resubmitted file of the same name;
-- a zip of such a download (read in place, never extracted);
-- nbgrader: `submitted/<student>/<assignment>/<notebook>.ipynb`, with nbgrader's `timestamp.txt` beside it;
-- JupyterHub home folders and one folder per student: `<student>/.../<notebook>.ipynb` under the folder given.
+- an LMS download (Canvas style), files at the top: `<name>_<userid>_<submissionid>_<original file name>`,
+  `<name>_LATE_<userid>_...` for late work, and a `-1`, `-2` suffix on the original name for a resubmitted file of the
+  same name; a zip of such a download (read in place, never extracted);
+- Moodle's download, a folder per student at the top: `<Full name>_<participant id>_assignsubmission_file/`;
+- nbgrader: the course folder (or its `submitted/`), `submitted/<student>/<assignment>/<notebook>.ipynb`, with
+  nbgrader's `timestamp.txt` in the assignment folder dating that submission;
+- JupyterHub home folders and one folder per student: `<student>/.../<notebook>.ipynb` (TLJH's `jupyter-<user>` too).
 
-A roster CSV (`student_id` required; `name`, `login`, `email`, `canvas_id`, `section` and `aliases` optional) maps any
-of those keys to one student. Files are opened as regular files only: links are never followed, FIFOs and devices are
-never opened, and nothing is read past MAX_BYTES, so no entry in the folder can block, redirect or swamp a batch.
+Below the top level nothing names an owner or a date: a file in Eve's folder named like Ada's LMS file, or under
+`submitted/ada/`, stays Eve's and is reported as a claim (`Entry.claim`); a `timestamp.txt` anywhere else dates
+nothing. Each student's folder is walked with a budget of its own (MAX_STUDENT_ENTRIES), so one virtualenv costs its
+owner's row, not the class.
+
+A roster CSV (`student_id` required; `name`, `login`, `email`, `canvas_id`, `section`, `hub_user` and `aliases`
+optional) maps any of those keys to one student. Files are opened as regular files only: links are never followed,
+FIFOs and devices are never opened, and nothing is read past MAX_BYTES, so no entry in the folder can block, redirect
+or swamp a batch.
 """
 from __future__ import annotations
 
@@ -75,6 +83,20 @@ class Entry:
     note: str = ""            # a remark for this owner's row (a timestamp that dates nothing)
 
 
+def hub_names(key: str) -> list[str]:
+    """What $JUPYTERHUB_USER may have been for a home folder named `key`, most likely last: the name itself; for The
+    Littlest JupyterHub's and the Kubernetes/Docker spawners' `jupyter-<user>`, the user; and that user with the
+    spawners' escapes undone (`jupyter-ada-40uni-2eedu` is `ada@uni.edu`)."""
+    names = [key]
+    if key.casefold().startswith("jupyter-") and len(key) > len("jupyter-"):
+        user = key[len("jupyter-"):]
+        names.append(user)
+        unescaped = re.sub(r"-([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), user)
+        if unescaped != user and unescaped.isprintable():
+            names.append(unescaped)
+    return names
+
+
 @dataclass(frozen=True)
 class Student:
     """A student of the roster (or one known only from the submissions, with `in_roster` False)."""
@@ -106,8 +128,6 @@ class Roster:
 
     def find(self, key: str) -> Student | None:
         """The student a layout's key names (case ignored; JupyterHub's `jupyter-` prefix too), or None."""
-        from .gradebook import hub_names  # noqa: PLC0415 - one definition of the hubs' naming schemes
-
         for candidate in hub_names(key.strip()):
             if candidate.casefold() in self.by_identity:
                 return self.by_identity[candidate.casefold()]
