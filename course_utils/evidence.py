@@ -47,7 +47,7 @@ from .course import lesson_parameters, notebook_of_module
 from .resources import course_folder
 
 __all__ = ["Setting", "Outcome", "ClaimExperiment", "claim_experiment", "EXPERIMENTS", "DEFAULT_SEEDS", "KINDS",
-           "REPORT_DIR", "load_report", "quote", "fingerprint", "agreement", "figure_span", "same_figure",
+           "REPORT_DIR", "load_report", "quote", "Evidence", "fingerprint", "agreement", "figure_span", "same_figure",
            "seed_independent"]
 
 REPORT_DIR = course_folder("data") / "robustness"  # shipped with the course, so every copy's notebooks can quote it
@@ -310,12 +310,31 @@ def agreement(report: dict) -> tuple[int, int]:
     return sum(h == e for h, e in runs), len(runs)
 
 
-def quote(claim: str) -> str:
-    """The robustness report of one claim in a few lines, for a notebook to print (never typed by hand)."""
-    report = load_report(claim)
-    if report is None:
-        return (f"{claim}: no robustness report yet. Run `python -m course_utils.robustness --claims {claim}` in the "
-                "course folder to make one.")
+class Evidence:
+    """A claim's robustness report as a notebook shows it: one line, with the full report folded beneath it.
+
+    `str()` (what `print` writes) is the line; in JupyterLab `display(quote("C17"))` shows the line with the report
+    in a fold that opens on a click; `.text` is the full report."""
+
+    def __init__(self, claim: str, line: str, text: str):
+        self.claim, self.line, self.text = claim, line, text
+
+    def __str__(self) -> str:
+        return self.line
+
+    def __repr__(self) -> str:
+        return self.line
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(self.line)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+        return (f'<details class="course-evidence"><summary style="cursor: pointer">{escape(self.line)}</summary>'
+                f'<pre style="white-space: pre-wrap; margin: 0.3em 0 0 1.2em">{escape(self.text)}</pre></details>')
+
+
+def _report_text(claim: str, report: dict) -> str:
     seeds = report["seeds"]
     lines = [f"{claim}: {report['statement']}",
              f"Rerun over seeds {seeds[0]}-{seeds[-1]} (data/robustness/{claim}.json, {report['run_at'][:10]}); "
@@ -342,3 +361,26 @@ def quote(claim: str) -> str:
     agreed, total = agreement(report)
     lines.append(f"  {agreed} of {total} runs that could disagree agree with what the notebook states.")
     return "\n".join(lines)
+
+
+def _report_line(claim: str, report: dict) -> str:
+    agreed, total = agreement(report)
+    seeds, settings = report["seeds"], report["settings"]
+    controls = sum(not s["expect"] for s in settings)
+    counted = [r["figure"] for s in settings if s["expect"] and not s.get("fixed") for r in counted_runs(s)]
+    span, _ = figure_span(counted)
+    where = f"seeds {seeds[0]}-{seeds[-1]} x {len(settings)} setting{'s' * (len(settings) != 1)}"
+    where += f" ({controls} control{'s' * (controls != 1)})" if controls else ""
+    figure = f"; {report['figure']}: {span} where it is claimed" if span else ""
+    verdict = "robust" if agreed == total else "SOME RUNS DISAGREE"
+    return f"{claim} {verdict}: {agreed} of {total} runs agree, {where}{figure}. Full report: click, or .text"
+
+
+def quote(claim: str) -> Evidence:
+    """The robustness report of one claim for a notebook: `display(quote("C17"))`, one line and the report folded."""
+    report = load_report(claim)
+    if report is None:
+        text = (f"{claim}: no robustness report yet. Run `python -m course_utils.robustness --claims {claim}` in the "
+                "course folder to make one.")
+        return Evidence(claim, text, text)
+    return Evidence(claim, _report_line(claim, report), _report_text(claim, report))

@@ -2,7 +2,9 @@
 that names the first case that fails and by how much. A checker never raises for a wrong or unfinished answer, and
 where a wrong answer matches a classic mistake the report names the mistake. Each checker's hidden cases start with
 the one where the classic mistakes show largest, so the first failure a learner reads is the telling one, not a
-round-off-sized miss. tests/test_wrong_answers.py holds, for every checker, the plausible wrong answers it must reject
+round-off-sized miss. A checker of a from-scratch exercise runs inside `teaching(...)`, which fails an answer that
+calls the library's own version of what it asks for (F.layer_norm, nn.LayerNorm, autograd), however it was imported.
+tests/test_wrong_answers.py holds, for every checker, the plausible wrong answers it must reject
 (each with its own hint) and right answers, written several ways, it must pass."""
 from __future__ import annotations
 
@@ -24,9 +26,10 @@ from . import norms
 from .residual import D_MODEL, MAX_DEPTH, stream_tokens, sublayer_stack
 from .transformer import TransformerBlock, softcap
 
-__all__ = ["CaseResult", "CheckReport", "call_learner", "run_case", "check_layer_norm", "check_rms_norm",
+__all__ = ["CaseResult", "CheckReport", "call_learner", "run_case", "teaching", "NORM_LIBRARY", "AUTOGRAD", "check_layer_norm",
+           "check_layer_norm_jacobian", "check_layer_norm_backward", "check_rms_norm",
            "check_masked_batch_stats", "check_post_ln_forward", "check_deepnorm_forward", "depth_scaled_gain",
-           "check_depth_scaled_gain", "check_softcap", "check_qk_norm_logits", "check_mean_pool"]
+           "check_depth_scaled_gain", "check_residual_stack", "check_softcap", "check_qk_norm_logits", "check_mean_pool"]
 
 
 @dataclass
@@ -90,16 +93,70 @@ FLOAT32_ONLY = ("right to float32 precision only: compute in the input's dtype (
 Mistake = tuple[str, Callable[..., Tensor]]  # (what went wrong, a function like the reference's that does it)
 
 
-def call_learner(name: str, fn: Callable, *args) -> tuple[object, CaseResult | None]:
-    """Call the learner's fn; returns (its output, None), or (None, a failed case) if it raised."""
+_NORMS = ("layer_norm", "rms_norm", "group_norm", "instance_norm", "batch_norm")
+NORM_LIBRARY: dict[Callable, str] = {
+    **{getattr(F, n): f"F.{n}" for n in _NORMS}, **{getattr(torch, n): f"torch.{n}" for n in _NORMS},
+    torch.native_layer_norm: "torch.native_layer_norm", torch.native_batch_norm: "torch.native_batch_norm"}
+"""The library norms a from-scratch exercise may not call (nn.LayerNorm and nn.RMSNorm call one of these)."""
+AUTOGRAD: dict[Callable, str] = {Tensor.backward: "Tensor.backward", torch.autograd.grad: "torch.autograd.grad"}
+"""Autograd's entry points (torch.func's vjp and jacrev, torch.autograd.functional, all end in torch.autograd.grad),
+which a hand-written backward pass may not call."""
+_taught = threading.local()
+
+
+@contextmanager
+def teaching(library: dict[Callable, str], what: str) -> Iterator[None]:
+    """While a checker runs: the learner's function may not call `library`, the functions the exercise asks for."""
+    before = getattr(_taught, "banned", None)
+    _taught.banned = (library, what)
     try:
-        return fn(*args), None
+        yield
+    finally:
+        _taught.banned = before
+
+
+class _Watch(torch.overrides.TorchFunctionMode):
+    """Sees every torch function the learner's code calls, however it was imported (nn.LayerNorm too, which calls
+    F.layer_norm), and refuses the banned ones; a refusal the learner's code catches is still seen."""
+
+    def __init__(self, banned: dict[Callable, str]):
+        super().__init__()
+        self.banned, self.called = banned, ""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.banned:
+            self.called = self.called or self.banned[func]
+            raise _BannedCall(self.banned[func])
+        return func(*args, **(kwargs or {}))
+
+
+class _BannedCall(Exception):
+    pass
+
+
+def call_learner(name: str, fn: Callable, *args) -> tuple[object, CaseResult | None]:
+    """Call the learner's fn; returns (its output, None), or (None, a failed case) if it raised or called a library
+    function the exercise asks the learner to write (see teaching)."""
+    banned = getattr(_taught, "banned", None)
+    watch = _Watch(banned[0]) if banned else None
+    try:
+        if watch is None:
+            return fn(*args), None
+        with watch:
+            got = fn(*args)
     except NotImplementedError:
         return None, CaseResult(name, False, NOT_DONE)
+    except _BannedCall:
+        got = None
     except Exception as exc:  # the learner's bug, reported rather than raised
-        hint = (f" ({IN_PLACE})" if "in-place operation" in str(exc) else
-                f" ({BROADCAST})" if "must match the size of tensor" in str(exc) else "")
-        return None, CaseResult(name, False, f"raised {type(exc).__name__}: {exc}{hint}")
+        if not (watch and watch.called):
+            hint = (f" ({IN_PLACE})" if "in-place operation" in str(exc) else
+                    f" ({BROADCAST})" if "must match the size of tensor" in str(exc) else "")
+            return None, CaseResult(name, False, f"raised {type(exc).__name__}: {exc}{hint}")
+    if watch.called:
+        return None, CaseResult(name, False, f"calls {watch.called}, the library's own version of what this "
+                                             f"exercise asks you to write: {banned[1]}", mistake="library call")
+    return got, None
 
 
 def _compare(name: str, got, want: Tensor, tol: float) -> CaseResult:
@@ -116,11 +173,20 @@ def _compare(name: str, got, want: Tensor, tol: float) -> CaseResult:
     return CaseResult(name, True, f"max abs error {err:.1e}", err)
 
 
+def _same(a: Tensor, b: Tensor) -> bool:
+    """torch.equal that counts nan as equal to nan (an input may hold nan in its pads)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
 def _input_problem(got, given: Sequence, originals: Sequence, names: Sequence[str], views: bool = True) -> str:
     """What is wrong with how fn treated its inputs (changed one in place, returned one or a view of it), or ''.
     views=False allows a view (a pooling may rightly return x[:, 0]; its value is checked instead)."""
     for t, before, name in zip(given, originals, names):
-        if isinstance(t, Tensor) and not torch.equal(t.detach(), before):
+        if isinstance(t, Tensor) and not _same(t.detach(), before):
             return (f"changed its input {name} in place: the caller's tensor is overwritten. Compute into a new "
                     f"tensor (x = x - mu, not x -= mu or x.sub_(mu))")
     for out in (got if isinstance(got, (tuple, list)) else (got,)) if views else ():
@@ -267,8 +333,9 @@ def _check_norm(report: CheckReport, fn: Callable, reference: Callable, with_bia
 
 def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> CheckReport:
     """Check fn(x, weight, bias, eps) -> LayerNorm over the last dimension, against torch.nn.functional.layer_norm."""
-    report = _check_norm(CheckReport("layer_norm"), fn,
-                         lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps), True, LAYER_NORM_MISTAKES)
+    with teaching(NORM_LIBRARY, "write it from tensor operations (mean, var or sums, sqrt)"):
+        report = _check_norm(CheckReport("layer_norm"), fn,
+                             lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps), True, LAYER_NORM_MISTAKES)
     if report.case("batch (4, 6, 16)").passed:  # right on x, wrong on x + 1000: round-off, not the formula
         _add_hint(report.case("large offset (x + 1000)"),
                   "x is right but x + 1000 is not. In float32, x² ≈ 10⁶ keeps about 7 significant digits, so "
@@ -277,6 +344,148 @@ def check_layer_norm(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> C
     d1 = report.case("d = 1")
     if "contains nan" in d1.detail:
         _add_hint(d1, "with d = 1, x − μ = 0 and σ² = 0: ε under the square root keeps 0 / 0 away")
+    return report
+
+
+# The Jacobian and the backward pass of notebook 03, §6: written from the formula, checked against autograd (which the
+# checker calls and the learner's code may not).
+BY_HAND = {**AUTOGRAD, **NORM_LIBRARY}
+BY_HAND_WHAT = "derive it from the Jacobian and write it with tensor operations; autograd only checks it"
+
+
+def _hat(x: Tensor, eps: float, correction: int = 0) -> tuple[Tensor, Tensor]:
+    """x̂ and s = sqrt(σ² + ε) over the last dimension, σ² dividing by d - correction."""
+    s = torch.sqrt(torch.var(x, -1, keepdim=True, correction=correction) + eps)
+    return (x - x.mean(-1, keepdim=True)) / s, s
+
+
+def _ln_jacobian_reference(x: Tensor) -> Tensor:
+    return torch.autograd.functional.jacobian(lambda v: F.layer_norm(v, v.shape[-1:], eps=0.0), x)
+
+
+def _jac(x: Tensor, ones: float = 1.0, hats: float = 1.0, power: int = 1, correction: int = 0, eps: float = 0.0,
+         centred: bool = False, sign: float = -1.0, eye: float = 1.0) -> Tensor:
+    """(eye·I - ones·11ᵀ/d + sign·hats·vvᵀ/d) / s**power, v = x̂ (or x − μ when centred): the formula and its mistakes."""
+    d = x.shape[-1]
+    x_hat, s = _hat(x, eps, correction)
+    v = x - x.mean() if centred else x_hat
+    one = torch.ones(d, dtype=x.dtype)
+    return (eye * torch.eye(d, dtype=x.dtype) - ones * torch.outer(one, one) / d
+            + sign * hats * torch.outer(v, v) / d) / s ** power
+
+
+LAYER_NORM_JACOBIAN_MISTAKES: list[Mistake] = [
+    ("the −11ᵀ/d term is missing: the mean subtraction's projection P = I − 11ᵀ/d", lambda x: _jac(x, ones=0.0)),
+    ("the −x̂x̂ᵀ/d term is missing: σ depends on x too (dσ = x̂ᵀdx / d)", lambda x: _jac(x, hats=0.0)),
+    ("both projections are missing: that is I/σ", lambda x: _jac(x, ones=0.0, hats=0.0)),
+    ("the 1/σ in front is missing", lambda x: _jac(x, power=0)),
+    ("divided by σ², not σ: x̂ = (x − μ)/σ brings one 1/σ", lambda x: _jac(x, power=2)),
+    ("σ² divides by d − 1 (torch.var's default); LayerNorm's divides by d", lambda x: _jac(x, correction=1)),
+    ("ε is in σ: this Jacobian is for ε = 0", lambda x: _jac(x, eps=1e-5)),
+    ("the outer product uses x − μ, not x̂ = (x − μ)/σ", lambda x: _jac(x, centred=True)),
+    ("the x̂x̂ᵀ/d term has the wrong sign: it is subtracted", lambda x: _jac(x, sign=1.0)),
+    ("11ᵀ is not divided by d", lambda x: _jac(x, ones=x.shape[-1])),
+    ("x̂x̂ᵀ is not divided by d", lambda x: _jac(x, hats=x.shape[-1])),
+    ("the identity is missing: I − 11ᵀ/d − x̂x̂ᵀ/d", lambda x: _jac(x, eye=0.0)),
+]
+
+
+def check_layer_norm_jacobian(fn: Callable[[Tensor], Tensor]) -> CheckReport:
+    """Check fn(x) -> dLN/dx (d, d) for one token x (d,), γ = 1, ε = 0, against autograd's Jacobian of F.layer_norm."""
+    g = torch.Generator().manual_seed(2025)
+    cases = [("one token, d = 8, float64", torch.randn(8, generator=g, dtype=torch.float64), 1e-9),
+             ("d = 2: x̂ = ±1, nothing left to turn", torch.randn(2, generator=g, dtype=torch.float64), 1e-9),
+             ("mean 5, spread 3, d = 16", 5 + 3 * torch.randn(16, generator=g, dtype=torch.float64), 1e-9),
+             ("spread 0.01, d = 16 (large 1/σ)", 0.01 * torch.randn(16, generator=g, dtype=torch.float64), 1e-6),
+             ("float32, d = 32", torch.randn(32, generator=g), 1e-4)]
+    report = CheckReport("layer_norm_jacobian")
+    with teaching(BY_HAND, BY_HAND_WHAT):
+        for name, x, tol in cases:
+            report.cases.append(run_case(name, fn, _ln_jacobian_reference, [x], tol,
+                                         mistakes=LAYER_NORM_JACOBIAN_MISTAKES, arg_names=["x"]))
+    return report
+
+
+def _ln_backward_reference(x: Tensor, grad_out: Tensor, eps: float) -> Tensor:
+    x = x.detach().requires_grad_()
+    return torch.autograd.grad(F.layer_norm(x, x.shape[-1:], eps=eps), x, grad_out)[0]
+
+
+def _backward(x: Tensor, g: Tensor, eps: float, mean_term: bool = True, hat_term: bool = True, correction: int = 0,
+              s_of=None, power: int = 1, centred: bool = False, reduce=torch.mean, sign: float = -1.0,
+              dim: int = -1) -> Tensor:
+    """(g − mean(g) − x̂·mean(g·x̂)) / s, s = sqrt(σ² + ε), and the mistakes: a term dropped, another σ, ..."""
+    x_hat, s = _hat(x, eps, correction)
+    if s_of is not None:
+        s = s_of(x)
+        x_hat = (x - x.mean(-1, keepdim=True)) / s
+    v = x - x.mean(-1, keepdim=True) if centred else x_hat
+    out = g
+    if mean_term:
+        out = out - reduce(g, dim, keepdim=True)
+    if hat_term:
+        out = out + sign * v * reduce(g * v, dim, keepdim=True)
+    return out / s ** power
+
+
+def _sigma(x: Tensor) -> Tensor:
+    return x.var(-1, keepdim=True, unbiased=False).sqrt()
+
+
+LAYER_NORM_BACKWARD_MISTAKES: list[Mistake] = [
+    ("the mean term is missing: the gradient loses its mean, g − mean(g), because LayerNorm ignores a shift along 1",
+     lambda x, g, eps: _backward(x, g, eps, mean_term=False)),
+    ("the x̂ term is missing: − x̂·mean(g·x̂) comes from σ depending on x (LayerNorm ignores a rescaling along x̂)",
+     lambda x, g, eps: _backward(x, g, eps, hat_term=False)),
+    ("both terms are missing: that is g / σ, as if μ and σ were constants",
+     lambda x, g, eps: _backward(x, g, eps, mean_term=False, hat_term=False)),
+    ("σ² divides by d − 1 (torch.var's default); LayerNorm's divides by d: var(..., unbiased=False)",
+     lambda x, g, eps: _backward(x, g, eps, correction=1)),
+    ("ε is added to σ; it belongs under the square root: divide by sqrt(σ² + ε), and x̂ uses the same root",
+     lambda x, g, eps: _backward(x, g, eps, s_of=lambda x: _sigma(x) + eps)),
+    ("ε is missing: divide by sqrt(σ² + ε), and x̂ = (x − μ) / sqrt(σ² + ε)",
+     lambda x, g, eps: _backward(x, g, eps, s_of=_sigma)),
+    ("the 1/σ in front is missing: divide the bracket by sqrt(σ² + ε)",
+     lambda x, g, eps: _backward(x, g, eps, power=0)),
+    ("divided by σ², not σ: the Jacobian carries one 1/σ", lambda x, g, eps: _backward(x, g, eps, power=2)),
+    ("the last term uses x − μ, not x̂ = (x − μ)/sqrt(σ² + ε)", lambda x, g, eps: _backward(x, g, eps, centred=True)),
+    ("sums where the formula has means: mean(g) = Σg / d", lambda x, g, eps: _backward(x, g, eps, reduce=torch.sum)),
+    ("the x̂ term has the wrong sign: subtract x̂·mean(g·x̂)", lambda x, g, eps: _backward(x, g, eps, sign=1.0)),
+    ("the means are over the wrong dimension: each token's own, over its features, dim=-1",
+     lambda x, g, eps: _backward(x, g, eps, dim=0)),
+]
+
+
+def check_layer_norm_backward(fn: Callable[[Tensor, Tensor, float], Tensor]) -> CheckReport:
+    """Check fn(x, grad_out, eps) -> dL/dx for LayerNorm over the last dimension (γ = 1, β = 0), given grad_out =
+    dL/dLN(x), against autograd through F.layer_norm. The first case, tokens of spread near √ε, is where a misplaced
+    or missing ε shows as plainly as the other classic mistakes."""
+    g = torch.Generator().manual_seed(2026)
+
+    def rand(*shape, dtype=torch.float64):
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    x = rand(4, 6, 16)
+    cases = [("low-spread tokens (x · 1e-3): ε matters", [x * 1e-3, rand(4, 6, 16)], 1e-5, 1e-7),
+             ("batch (4, 6, 16), float64", [x, rand(4, 6, 16)], 1e-5, 1e-9),
+             ("one token, d = 8, float32", [rand(8, dtype=torch.float32), rand(8, dtype=torch.float32)], 1e-5, 1e-4),
+             ("three leading dimensions (2, 3, 5, 7), float32",
+              [rand(2, 3, 5, 7, dtype=torch.float32), rand(2, 3, 5, 7, dtype=torch.float32)], 1e-5, 1e-4),
+             ("eps = 0.1", [x, rand(4, 6, 16)], 0.1, 1e-9),
+             ("d = 1: nothing passes back", [rand(5, 1), rand(5, 1)], 1e-5, 1e-9),
+             ("large offset (x + 1000), float64", [x + 1000, rand(4, 6, 16)], 1e-5, 1e-8),
+             ("one token, d = 768, float64", [rand(768), rand(768)], 1e-5, 1e-9)]
+    report = CheckReport("layer_norm_backward")
+    with teaching(BY_HAND, BY_HAND_WHAT):
+        for name, inputs, eps, tol in cases:
+            report.cases.append(run_case(
+                name, lambda x, g, eps=eps: fn(x, g, eps), lambda x, g, eps=eps: _ln_backward_reference(x, g, eps),
+                inputs, tol, mistakes=[(m, lambda x, g, eps=eps, wrong=wrong: wrong(x, g, eps))
+                                       for m, wrong in LAYER_NORM_BACKWARD_MISTAKES], arg_names=["x", "grad_out"]))
+    d1 = report.case("d = 1: nothing passes back")
+    if "contains nan" in d1.detail:
+        _add_hint(d1, "with d = 1, x − μ = 0 and σ² = 0: ε under the square root keeps 0 / 0 away (and the "
+                      "unbiased variance divides by d − 1 = 0)")
     return report
 
 
@@ -326,8 +535,9 @@ RMS_NORM_MISTAKES: list[Mistake] = [
 def check_rms_norm(fn: Callable[[Tensor, Tensor, float], Tensor]) -> CheckReport:
     """Check fn(x, weight, eps) -> RMSNorm over the last dimension, against torch.nn.functional.rms_norm. The first
     case is a token whose RMS is near √ε, so a misplaced ε fails by a wide margin and is named."""
-    return _check_norm(CheckReport("rms_norm"), fn, lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps), False,
-                       RMS_NORM_MISTAKES)
+    with teaching(NORM_LIBRARY, "write it from tensor operations (a mean of squares, sqrt)"):
+        return _check_norm(CheckReport("rms_norm"), fn, lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps),
+                           False, RMS_NORM_MISTAKES)
 
 
 # ---- notebook 02: masked batch statistics ------------------------------------------------------------------------
@@ -348,6 +558,9 @@ MEAN_MISTAKES: list[Mistake] = [
     ("this is the average of the per-sequence means, which weighs a short sequence's tokens more: pool every real "
      "token, then average", _mean_of_sequences),
     ("this is the mean over the pads: mask is True at the real tokens", lambda x, m: x[~m].mean(0)),
+    ("you take the first `length` positions of each sequence, which assumes the real tokens come first (right "
+     "padding); in a left-padded batch those are pads. Select by the mask itself, position by position",
+     lambda x, m: _first_positions(x, m).mean(0)),
 ]
 VAR_MISTAKES: list[Mistake] = [
     ("this is the unbiased variance: divide by n, not n - 1", lambda x, m: x[m].var(0, unbiased=True)),
@@ -359,6 +572,16 @@ VAR_MISTAKES: list[Mistake] = [
     ("this is the average of the per-sequence variances, which leaves out how far apart the sequences' means are: "
      "pool every real token", lambda x, m: _mean_of_sequences(x, m, var=True)),
 ]
+
+
+def _first_positions(x: Tensor, m: Tensor) -> Tensor:
+    """The first mask.sum(1) positions of each sequence, pooled: right for right padding only."""
+    return torch.cat([x[i, :int(n)] for i, n in enumerate(m.sum(1))])
+
+
+MULTIPLIED_BY_MASK = ("the pads hold nan and inf here, and a pad times 0 is still nan (0 × inf and 0 × nan are nan): "
+                      "multiplying by the mask does not remove a pad. Select the real tokens instead: x[mask], or "
+                      "torch.where(mask[..., None], x, 0)")
 
 
 def _cancellation(x: Tensor, mean: Tensor, var: Tensor) -> str:
@@ -376,19 +599,37 @@ def check_masked_batch_stats(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor
     report = CheckReport("masked batch statistics")
     g = torch.Generator().manual_seed(11)
 
-    def case(name, lengths, d, dtype=torch.float32, offset=0.0):
+    def case(name, lengths, d, dtype=torch.float32, offset=0.0, left=(), pads="loud"):
         lengths = torch.tensor(lengths)
         t = int(lengths.max()) + 2  # always some padding
         mask = torch.arange(t)[None, :] < lengths[:, None]
+        for i in left:  # left padding: the pads come first, the real tokens last
+            mask[i] = mask[i].flip(0)
         x = torch.randn(len(lengths), t, d, generator=g, dtype=dtype) + offset
-        x[~mask] = torch.randn(int((~mask).sum()), d, generator=g, dtype=dtype) * 50  # loud padding: must be ignored
+        n_pads = int((~mask).sum())
+        if pads == "loud":  # must be ignored
+            x[~mask] = torch.randn(n_pads, d, generator=g, dtype=dtype) * 50
+        else:  # "whatever values they hold": nan, inf and -inf
+            x[~mask] = torch.tensor([math.nan, math.inf, -math.inf], dtype=dtype).repeat(n_pads * d)[:n_pads * d] \
+                .view(n_pads, d)
         return name, x, mask, offset != 0.0
 
     cases = [case("equal lengths", [5, 5, 5], 4), case("variable lengths", [1, 7, 3, 5], 8),
              case("one real token in a sequence", [1, 1, 6], 3), case("d = 1", [4, 2], 1),
              case("large offset", [6, 3, 2], 5, offset=500.0),
              case("mean 1e4, spread 1, float32", [6, 3, 9, 2], 6, offset=1e4),
-             case("float64", [3, 8], 6, torch.float64)]
+             case("float64", [3, 8], 6, torch.float64),
+             case("left padding (the pads come first)", [2, 6, 4], 5, left=(0, 1, 2)),
+             case("mixed padding (left and right)", [3, 7, 2, 5], 4, left=(1, 2)),
+             case("pads hold nan, inf and -inf", [4, 6, 2], 5, left=(2,), pads="nan")]
+    with teaching(NORM_LIBRARY, "compute the statistics from tensor operations (select the real tokens, then mean "
+                                "and variance)"):
+        _run_masked_cases(report, fn, cases)
+    return report
+
+
+def _run_masked_cases(report: CheckReport, fn: Callable, cases: list) -> None:
+    """check_masked_batch_stats' cases, each judged against the float64 statistics of the real tokens."""
     for name, x, mask, offset in cases:
         want_mean, want_var = (t.to(x.dtype) for t in norms.masked_mean_var(x.double(), mask)[:2])
         given = [x.clone(), mask.clone()]
@@ -430,8 +671,9 @@ def check_masked_batch_stats(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor
                 _add_hint(worst, _cancellation(x, want_mean, want_var))
             if x.dtype == torch.float64 and worst.max_error < 1e-4:
                 _add_hint(worst, FLOAT32_ONLY)
+        if not bool(torch.isfinite(x).all()) and isinstance(got_part, Tensor) and not bool(torch.isfinite(got_part).all()):
+            _add_hint(worst, MULTIPLIED_BY_MASK)
         report.cases.append(worst)
-    return report
 
 
 # ---- notebook 04: a block's forward pass from its parts ----------------------------------------------------------
@@ -711,6 +953,112 @@ def check_depth_scaled_gain(fn: Callable[[int], float]) -> CheckReport:
             break
     return report
 
+
+
+# ---- notebook 01: the residual stack itself --------------------------------------------------------------------
+
+def _stack_reference(x0: Tensor, sublayers, gain: float, norm: str = "off", residual: bool = True) -> Tensor:
+    """x_0 .. x_L of x_{l+1} = x_l + g f_l(x_l), with LayerNorm (no γ, β) before the sublayer (Pre-LN) or after the
+    sum (Post-LN); residual=False drops the skip."""
+    d, xs, x = x0.shape[-1:], [x0], x0
+    for f in sublayers:
+        skip = x if residual else 0.0
+        if norm == "off":
+            x = skip + gain * f(x)
+        elif norm == "Pre-LN":
+            x = skip + gain * f(F.layer_norm(x, d))
+        elif norm == "Post-LN":
+            x = F.layer_norm(skip + gain * f(x), d)
+        else:
+            raise ValueError(f"norm must be 'off', 'Pre-LN' or 'Post-LN', got {norm!r}")
+        xs.append(x)
+    return torch.stack(xs)
+
+
+def _stack_mistake(step: Callable) -> Callable[..., Tensor]:
+    """A residual stack whose one step is `step(x, f, gain, norm, residual, d)`."""
+    def stack(x0, sublayers, gain, norm="off", residual=True):
+        xs, x = [x0], x0
+        for f in sublayers:
+            x = step(x, f, gain, norm, residual, x0.shape[-1:])
+            xs.append(x)
+        return torch.stack(xs)
+    return stack
+
+
+def _ln(x, d):
+    return F.layer_norm(x, d)
+
+
+STACK_MISTAKES: list[Mistake] = [
+    ("Post-LN normalizes the sum, after adding: x_{l+1} = LN(x_l + g f_l(x_l)); normalizing the sublayer's input "
+     "is Pre-LN", _stack_mistake(lambda x, f, g, n, r, d: (x if r else 0) + g * f(_ln(x, d)) if n != "off" else
+                                 (x if r else 0) + g * f(x))),
+    ("Pre-LN normalizes only what the sublayer reads: the skip carries x_l itself, x_{l+1} = x_l + g f_l(LN(x_l))",
+     _stack_mistake(lambda x, f, g, n, r, d: (_ln(x, d) if r else 0) + g * f(_ln(x, d)) if n == "Pre-LN" else
+                    _ln((x if r else 0) + g * f(x), d) if n == "Post-LN" else (x if r else 0) + g * f(x))),
+    ("the gain multiplies the sublayer's output only, not the skip: x_l + g f_l(x_l)",
+     _stack_mistake(lambda x, f, g, n, r, d: g * ((x if r else 0) + f(_ln(x, d) if n == "Pre-LN" else x))
+                    if n != "Post-LN" else _ln(g * ((x if r else 0) + f(x)), d))),
+    ("residual=False drops the skip: x_{l+1} = g f_l(x_l), a plain deep network",
+     _stack_mistake(lambda x, f, g, n, r, d: x + g * f(x) if n == "off" else x + g * f(_ln(x, d)) if n == "Pre-LN"
+                    else _ln(x + g * f(x), d))),
+    ("LayerNorm normalizes each token over its d features only: F.layer_norm(x, x.shape[-1:]), not over the whole "
+     "tensor", _stack_mistake(lambda x, f, g, n, r, d: (x if r else 0) + g * f(x) if n == "off" else
+                              (x if r else 0) + g * f(F.layer_norm(x, x.shape)) if n == "Pre-LN" else
+                              F.layer_norm((x if r else 0) + g * f(x), x.shape))),
+]
+
+
+def check_residual_stack(fn: Callable[..., Tensor]) -> CheckReport:
+    """Check fn(x0, sublayers, gain, norm, residual) against the residual stack on hidden stacks of real sublayers."""
+    from .residual import make_sublayers
+    report = CheckReport("residual_stack")
+    stream = (f"the whole stream x_0, x_1, ..., x_L stacked (torch.stack), shape (L + 1, *x0.shape): x_0 first")
+    cases = [("no norm, 4 tokens", "off", True, (4, 8)), ("Pre-LN, 4 tokens", "Pre-LN", True, (4, 8)),
+             ("Post-LN, 4 tokens", "Post-LN", True, (4, 8)), ("no residual, no norm", "off", False, (4, 8)),
+             ("no residual, Post-LN", "Post-LN", False, (4, 8)), ("Pre-LN, one token of shape (d,)", "Pre-LN", True, (8,)),
+             ("Post-LN, a batch of shape (2, 3, d)", "Post-LN", True, (2, 3, 8))]
+    for i, (name, norm, residual, shape) in enumerate(cases):
+        layers = make_sublayers("amplifies its input", "independent", 5, 8, seed=11 + i)
+        x0 = torch.randn(*shape, generator=torch.Generator().manual_seed(3 + i), dtype=torch.float64) * 3 + 1
+        kept = x0.clone()
+        want = _stack_reference(x0, layers, 0.7, norm, residual)
+        with torch.no_grad():
+            got, failed = call_learner(name, fn, x0, layers, 0.7, norm, residual)
+        if failed:
+            report.cases.append(failed)
+            continue
+        if not torch.equal(x0, kept):
+            report.cases.append(CaseResult(name, False, "changed x0 in place; build new tensors instead"))
+            continue
+        if isinstance(got, Tensor) and got.shape != want.shape:
+            hint = (f"shape {tuple(got.shape)}, expected {tuple(want.shape)}: return {stream}")
+            report.cases.append(CaseResult(name, False, hint))
+            continue
+        case = _compare(name, got, want, 1e-9)
+        if not case.passed and isinstance(got, Tensor):
+            for text, wrong in STACK_MISTAKES:
+                if torch.allclose(got.detach(), wrong(x0, layers, 0.7, norm, residual), atol=1e-9, rtol=0):
+                    _add_hint(case, text)
+                    break
+        report.cases.append(case)
+    name = "an unknown norm, 'LayerNorm'"
+    try:
+        with torch.no_grad():
+            fn(torch.zeros(8, dtype=torch.float64), make_sublayers("amplifies its input", "independent", 2, 8), 1.0,
+               "LayerNorm", True)
+    except NotImplementedError:
+        report.cases.append(CaseResult(name, False, NOT_DONE))
+    except ValueError:
+        report.cases.append(CaseResult(name, True, "raised ValueError"))
+    except Exception as exc:  # the learner's bug, reported rather than raised
+        report.cases.append(CaseResult(name, False, f"raised {type(exc).__name__}: {exc}; raise ValueError for a norm "
+                                                    "that is not 'off', 'Pre-LN' or 'Post-LN'"))
+    else:
+        report.cases.append(CaseResult(name, False, "returned without complaint: raise ValueError for a norm that is "
+                                                    "not 'off', 'Pre-LN' or 'Post-LN', or a typo runs silently"))
+    return report
 
 # ---- notebook 06: soft-capping and QK-norm ------------------------------------------------------------------------
 

@@ -107,12 +107,15 @@ def masked_mean_var(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tens
                          f"got {tuple(mask.shape)}")
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be a bool tensor (True = real token, False = padding), got dtype {mask.dtype}")
-    w = mask.unsqueeze(-1).to(x.dtype)
+    real = mask.unsqueeze(-1)
     n = int(mask.sum())
     if n == 0:
         raise ValueError("mask marks no real tokens: at least one entry must be True")
-    mean = (x * w).sum(dim=tuple(range(x.dim() - 1))) / n
-    var = (((x - mean) ** 2) * w).sum(dim=tuple(range(x.dim() - 1))) / n
+    # select, never multiply: 0 * nan and 0 * inf are nan, so a pad holding either would poison a product by the mask
+    x = torch.where(real, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    dims = tuple(range(x.dim() - 1))
+    mean = x.sum(dim=dims) / n
+    var = torch.where(real, (x - mean) ** 2, torch.zeros((), dtype=x.dtype, device=x.device)).sum(dim=dims) / n
     return mean, var, n
 
 

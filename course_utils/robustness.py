@@ -32,8 +32,8 @@ from .evidence import (EXPERIMENTS, REPORT_DIR, ClaimExperiment, agreement, figu
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = ROOT / "benchmarks" / "ROBUSTNESS.md"
 LEDGER = ROOT / "CLAIMS.md"
-_SENTENCE = re.compile(r" Robustness: [^|]*?\(\[report\]\(data/robustness/(C\d\d)\.json\)\)\.")
-_ROW = re.compile(r"^\|\s*(C\d\d)\s*\|(.*?)\|\s*`?(\d\d_[a-z_0-9]+)`?\s*\|(.*?)\|(.*?)\|\s*$")
+_SENTENCE = re.compile(r" Robustness: [^|]*?\(\[report\]\(data/robustness/(C\d{2,3})\.json\)\)\.")
+_ROW = re.compile(r"^\|\s*(C\d{2,3})\s*\|(.*?)\|\s*`?(\d\d_[a-z_0-9]+)`?\s*\|(.*?)\|(.*?)\|\s*$")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -140,12 +140,38 @@ def _accept_kernel_dialog(page) -> None:
     page.locator(".jp-Dialog .jp-mod-accept").click()
 
 
-def open_notebook(page, lab: Lab, name: str) -> None:
-    """Open notebooks/name in a fresh workspace and wait for its kernel to be idle."""
+def open_notebook(page, lab: Lab, name: str, unfold: bool = True) -> list[dict]:
+    """Open notebooks/name in a fresh workspace and wait for its kernel to be idle. Returns each cell's fold state as
+    JupyterLab opened it (hidden under a collapsed heading, code hidden, a collapsed heading); with unfold, then opens
+    every fold (collapsed sections, hidden worked answers), so the checks that follow see every cell's output."""
     page.goto(lab.url(name), wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     _accept_kernel_dialog(page)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+    folds = fold_state(page, name)
+    if unfold:
+        page.evaluate("""async () => {
+            await window.jupyterapp.commands.execute('notebook:expand-all-headings');
+            await window.jupyterapp.commands.execute('notebook:show-all-cell-code');
+        }""")
+        assert until(lambda: not any(f["hidden"] or f["code_hidden"] for f in fold_state(page, name)), 10), (
+            f"{name}: JupyterLab did not open every fold")
+    return folds
+
+
+def fold_state(page, name: str) -> list[dict]:
+    """Each cell of the open notebook as JupyterLab shows it: hidden (under a collapsed heading), its code hidden, a
+    collapsed heading."""
+    state = page.evaluate("""name => {
+        const panel = Array.from(window.jupyterapp.shell.widgets('main'))
+            .find(w => w.context && w.context.path.endsWith(name));
+        if (!panel) return null;
+        return panel.content.widgets.map(w => ({hidden: w.isHidden, code_hidden: !!w.inputHidden,
+                                                collapsed: w.headingCollapsed === true}));
+    }""", name)
+    if state is None:
+        raise RuntimeError(f"{name}: JupyterLab's notebook panel is not reachable (window.jupyterapp)")
+    return state
 
 
 def code_cells(page, name: str) -> list[dict]:

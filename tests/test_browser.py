@@ -17,11 +17,13 @@ import re
 import time
 import warnings
 
+import nbformat
 import pytest
 
 from browser_support import ANYWIDGET_TIMEOUT, EVERY_CELL, code_cells, jupyter_lab, launch_chromium, open_notebook, \
     run_all_and_wait, shut_down_kernels, until
 from conftest import ROOT, browser_missing
+from course_utils import reading
 
 if browser_missing():
     pytest.skip(f"The browser tests are skipped, nbval executes the notebooks: {browser_missing()}.",
@@ -205,6 +207,22 @@ def _plots_state(page) -> str:
         .map(p => Array.from(p.querySelectorAll('.trace path, .trace rect, .point path, .hm image, .plot path'))
             .map(e => (e.getAttribute('d') || '') + (e.getAttribute('href') || '') + (e.getAttribute('x') || '')
                       + (e.getAttribute('height') || '')).join('|')).join('#')""")
+
+
+def _check_folds(folds: list[dict], path) -> None:
+    """JupyterLab opened the notebook with its optional sections collapsed and its worked answers' code hidden, as
+    the file says (course_utils.reading counts the same folds for the README's reading table)."""
+    nb = nbformat.read(path, as_version=4)
+    want = [{"hidden": hidden, "code_hidden": bool(c.metadata.get("jupyter", {}).get("source_hidden")),
+             "collapsed": bool(c.metadata.get(reading.COLLAPSED))}
+            for c, hidden in zip(nb.cells, reading.folded_cells(nb))]
+    for w in want:  # a cell inside a collapsed section is hidden whole; its own code flag does not show
+        w["code_hidden"] = w["code_hidden"] and not w["hidden"]
+    got = [dict(f, code_hidden=f["code_hidden"] and not f["hidden"]) for f in folds]
+    wrong = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    assert len(got) == len(want) and not wrong, (
+        f"{path.name}: cells {wrong[:5]} open folded otherwise than the file says: "
+        f"{[(got[i], want[i]) for i in wrong[:2]]}")
 
 
 def _run_every_cell(page, path, cell_timeout: float) -> None:
@@ -406,7 +424,7 @@ def test_notebook_in_a_real_browser(lab, browser, path, request):
     page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: console_errors.append(f"pageerror: {e}"))
     try:
-        open_notebook(page, lab, path.name)
+        _check_folds(open_notebook(page, lab, path.name), path)
         _run_every_cell(page, path, float(request.config.getoption("nbval_cell_timeout")))
         _check_widgets_and_plots_render(page, path)
         _check_a_slider_moves_a_plot(page, path)

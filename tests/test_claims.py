@@ -32,7 +32,7 @@ def test_the_ledger_has_claims():
 
 
 @pytest.mark.parametrize("cid, claim, notebook, verdict, figure", _ledger(), ids=lambda v: v if
-                         isinstance(v, str) and re.fullmatch(r"C\d\d", v) else "")
+                         isinstance(v, str) and re.fullmatch(r"C\d{2,3}", v) else "")
 def test_each_claim_is_asserted_in_the_cell_the_ledger_names(cid, claim, notebook, verdict, figure):
     assert verdict in VERDICTS, f"{cid}: verdict {verdict!r} must be one of {sorted(VERDICTS)}"
     assert claim and figure, f"{cid}: the claim and the measured figure must be filled in"

@@ -213,15 +213,27 @@ def test_the_train_and_eval_checks_fail_for_modules_trained_without_padding():
 def test_the_one_token_and_lone_token_checks_fail_on_their_controls():
     assert all(bn_demo.one_token_checks(bn_demo.one_token_in_training(0, 1)).values())
     assert not any(bn_demo.one_token_checks(bn_demo.one_token_in_training(0, 2)).values())
-    modules = bn_demo.trained_modules(drift=0.0, padding_share=0.5, seed=0)
-    token = bn_demo.one_token_in_training(0, drift=0.0)["tokens"]
-    gaps = bn_demo.lone_token_gaps(modules, token, drift=0.0)
-    clean = bn_demo.lone_token_gaps(bn_demo.trained_modules(drift=0.0, padding_share=0.0, seed=0), token, drift=0.0)
+    modules = bn_demo.trained_modules(drift=1.0, padding_share=0.5, seed=0)
+    token = bn_demo.one_token_in_training(0, drift=1.0)["tokens"]
+    gaps = bn_demo.lone_token_gaps(modules, token, drift=1.0)
     torch_name, masked_name = list(modules)[:2]
-    assert all(bn_demo.lone_token_checks(gaps, clean, torch_name).values())
-    assert not all(bn_demo.lone_token_checks(gaps, clean, masked_name).values())  # masking removes the padding
-    assert not all(bn_demo.lone_token_checks(gaps, gaps, torch_name).values())    # a control equal to its arm
+    for name in (torch_name, masked_name):  # the same module: alone in eval mode = in its batch in eval mode
+        assert all(bn_demo.lone_token_checks(gaps, name).values())
+        g = gaps[name]
+        assert g["alone"] == pytest.approx(g["in its batch, eval mode"], abs=1e-12)
+    matched = dict(gaps, **{torch_name: dict(gaps[torch_name], alone=0.0)})  # running statistics that match the batch
+    assert not all(bn_demo.lone_token_checks(matched, torch_name).values())
+    assert not bn_demo.c14_lone_token(0, matched=True).holds and bn_demo.c14_lone_token(0).holds
 
+
+def test_the_lone_token_gap_is_the_running_statistics_against_the_batch():
+    """Set the running statistics to the training batch's own and the eval output is the training output, for both
+    modules (nn.BatchNorm1d's pooled pads included)."""
+    modules = bn_demo.trained_modules(drift=1.0, padding_share=0.5, seed=1)
+    token = bn_demo.one_token_in_training(1, drift=1.0)["tokens"]
+    gaps = bn_demo.lone_token_gaps(modules, token, drift=1.0, seed=1)
+    for name in list(modules)[:2]:
+        assert gaps[name]["running statistics set to the batch's"] < 1e-12 < 0.01 < gaps[name]["alone"]
 
 def test_the_time_checks_fail_where_the_future_is_not_seen():
     assert all(bn_demo.leak_checks(bn_demo.future_leak(0)).values())

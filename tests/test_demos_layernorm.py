@@ -245,3 +245,11 @@ def test_the_named_checks_fail_on_a_plausible_wrong_input():
 def test_each_experiment_says_what_kind_of_number_its_figure_is():
     kinds = {cid: EXPERIMENTS[cid].kind for cid in CLAIMS_03}
     assert kinds["C16"] == "roundoff" and kinds["C15"] == "exact"  # a float32 round-off size; an exact binary fraction
+
+
+def test_invariance_figure_shows_a_zero_gap_and_puts_the_sqrt_eps_line_at_sqrt_eps():
+    fig = ln_demo.invariance_figure([0.1, 1.0, 10.0], [1e-3, 0.0, 1e-5], 1e-5)
+    curve, zero, line = fig.data
+    assert list(curve.y) == [1e-3, None, 1e-5]  # the 0 breaks the line instead of vanishing from a log axis
+    assert list(zero.x) == [1.0] and 0 < zero.y[0] < 1e-5
+    assert set(line.x) == {math.sqrt(1e-5)} and "√ε" in line.name

@@ -142,3 +142,18 @@ def test_the_claim_checks_fail_on_the_controls(runs):
     assert not sh.hook_checks(shallow)["no norm: float16 has lost the stream by the last block"]
     assert sh.invariant(sh.invariance_deviations())
     assert not sh.invariant(sh.invariance_deviations([(0.0, 0.01)]))
+
+
+def test_with_pytorchs_fused_attention_the_stream_overflows_first_and_later():
+    race = sh.attention_race(0)
+    ours, sdpa = race["course"], race["sdpa"]
+    assert all(sh.attention_checks(race).values())
+    assert not math.isfinite(ours.max_score[ours.first_bad - 1])
+    assert math.isfinite(sdpa.max_score[sdpa.first_bad - 2])  # SDPA's scores (float32 inside) were finite up to there
+    assert sdpa.first_bad >= 2 * ours.first_bad - 1
+    assert not all(sh.attention_checks(sh.attention_race(0, depth=8)).values())  # the control: nothing overflows
+
+
+def test_deep_stack_refuses_an_unknown_attention():
+    with pytest.raises(ValueError, match="attention must be one of"):
+        sh.deep_stack(attention="flash")

@@ -310,3 +310,86 @@ def test_a_run_line_names_its_own_settings():
     records = wn.learning_rate_race(0.5, seed=0, steps=20)
     line = wn.run_line(records)
     assert line.startswith("lr 0.5, 20 steps:") and "stopped" not in line
+
+
+def test_the_growth_panel_keeps_its_y_range_when_the_depth_or_the_norm_changes():
+    """A flat LayerNorm curve must not seem to shrink because the axis rescaled (issue 25)."""
+    panel = wn.residual_growth_panel(residual_stack)
+    fig = panel.outputs[1]
+    ranges = []
+    for depth, norm in ((10, "Post-LN"), (200, "Post-LN"), (50, "off"), (50, "Pre-LN")):
+        assert panel.set(depth=depth, norm=norm)
+        ranges.append(tuple(fig.layout.yaxis.range))
+    assert len(set(ranges)) == 1
+    assert panel.set(gain=0.1)  # another gain is another range
+    assert tuple(fig.layout.yaxis.range) != ranges[0]
+
+
+def test_steps_to_loss_counts_the_first_window_below_the_threshold():
+    assert wn.steps_to_loss({"loss": [2.0] * 5 + [0.5] * 20}, 0.8, 10) == 14  # steps 5-14 hold one 2.0: mean 0.65
+    assert wn.steps_to_loss({"loss": [2.0] * 30}) == math.inf
+    assert wn.steps_to_loss({"loss": [0.1] * 3}) == math.inf   # shorter than the window
+    fast, slow = {"loss": [0.5] * 20}, {"loss": [2.0] * 30 + [0.5] * 20}
+    assert wn.trains_faster({"BatchNorm": fast, "none": slow}) and not wn.trains_faster({"BatchNorm": slow, "none": fast})
+
+
+def test_the_noise_moves_what_the_next_layer_gets_and_only_with_batchnorm():
+    with pytest.raises(ValueError, match="only with BatchNorm"):
+        wn.ShiftNet("none", noise=0.5)
+    with pytest.raises(ValueError, match="finite"):
+        wn.ShiftNet("BatchNorm", noise=float("nan"))
+    x = wn.probe_batch()
+    clean, noisy = wn.ShiftNet("BatchNorm", seed=1), wn.ShiftNet("BatchNorm", seed=1, noise=0.5)
+    a, b, c = clean.last_hidden(x)[1], noisy.last_hidden(x)[1], noisy.last_hidden(x)[1]
+    assert not torch.allclose(b, c)                         # redrawn at every forward pass
+    assert torch.allclose(a.mean(0), torch.zeros(64), atol=1e-5) and (b.mean(0).abs().max() > 0.05)
+    noisy.eval()
+    assert torch.allclose(noisy.last_hidden(x)[1], noisy.last_hidden(x)[1])  # eval mode: no noise
+    record = wn.train_shift_run("BatchNorm", steps=5, noise=0.5)
+    assert record["noise"] == 0.5 and len(record["loss"]) == 5
+
+
+def test_noise_checks_fail_when_the_noisy_network_is_slow_or_does_not_train():
+    fast = {"loss": [0.5] * 20, "final_loss": 0.5}
+    slow = {"loss": [2.0] * 60 + [0.5] * 20, "final_loss": 0.5}
+    stuck = {"loss": [0.5] * 20, "final_loss": 1.2}
+    assert all(wn.noise_checks({"BatchNorm": fast, "noisy": fast}).values())
+    assert not wn.noise_checks({"BatchNorm": fast, "noisy": slow})["noisy about as fast as BatchNorm"]
+    assert not wn.noise_checks({"BatchNorm": fast, "noisy": stuck})["noisy trains"]
+
+
+def test_the_deep_stack_gives_the_backward_passs_ratio_in_one_pass():
+    for norm in ("Post-LN", "Pre-LN"):
+        slow = wn.gradient_ratios(residual_stack, 50, norm, 1.0, True, seed=1)["ratio"]
+        assert wn.depth_law(residual_stack, 50, norm, seed=1)["ratio"] == pytest.approx(slow, rel=1e-9)
+    assert wn.follows_sqrt_law({"law_ratio": 1.0}) and not wn.follows_sqrt_law({"law_ratio": 2.0})
+    assert wn.vanished({"ratio": 1e-3}, wn.VANISHED_BELOW) and not wn.vanished({"ratio": 0.5}, wn.VANISHED_BELOW)
+
+
+def test_branch_shares_fall_like_one_over_root_l_only_with_pre_ln():
+    import numpy as np
+    assert wn.share_slope(1 / np.sqrt(np.arange(200) + 1.0)) == pytest.approx(-0.5)
+    assert not wn.down_weighted(np.full(200, 0.05))
+    with pytest.raises(ValueError, match="Post-LN"):
+        wn.branch_shares(residual_stack, "Post-LN", 1.0)
+
+
+def test_hessian_top_and_staleness_on_a_quadratic_and_put_the_weights_back():
+    net = wn.ShiftNet("BatchNorm", seed=0)
+    before = [p.detach().clone() for p in net.parameters()]
+    assert wn.staleness(net, 0.1) > 0 and wn.hessian_top(net, iters=5) > 0
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
+    assert wn.flatter_with_batchnorm({"none": 2.0, "BatchNorm": 1.0})
+    assert not wn.less_stale_with_batchnorm({"none": 1.0, "BatchNorm": 1.0})
+
+
+def test_batch_size_checks_judge_the_sweep_and_fail_on_flipped_runs():
+    sweep = wn.batch_size_sweep(0, batches=(32, 64, 256))
+    assert all(wn.batch_size_checks(sweep).values())
+    assert not wn.bn_advantage(sweep[1.0, 32]) and wn.bn_advantage(sweep[1.0, 64])
+    swapped = {**sweep, (1.0, 32): sweep[1.0, 64]}  # a sweep where batch 32 worked would fail the claim
+    assert not all(wn.batch_size_checks(swapped).values())
+    fig = wn.batch_size_figure(sweep)
+    assert fig.layout.title.text and fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    styles = {(t.line.color, t.line.dash) for t in fig.data}
+    assert len(fig.data) == 4 and len(styles) == 4 and len({t.line.dash for t in fig.data}) == 2

@@ -121,7 +121,7 @@ def test_a_setting_that_cannot_fail_or_ignores_the_seed_does_not_pad_the_count(s
     report = rb.run_claim(exp, seeds=range(4))
     assert ev.agreement(report) == (5, 5)  # 4 seeds that vary, the identity not at all, the seedless setting once
     rb.write_report(report)
-    text = ev.quote("C91")
+    text = ev.quote("C91").text
     assert "identity: not counted (x - x == 0 by definition): the check held at 1 of 1" in text
     assert "the same at every seed" in text and "5 of 5 runs that could disagree agree" in text
     assert "1 not counted (cannot fail, or recorded, not claimed)" in rb.ledger_sentence(report)
@@ -129,12 +129,32 @@ def test_a_setting_that_cannot_fail_or_ignores_the_seed_does_not_pad_the_count(s
 
 def test_quote_reads_the_report_and_says_how_to_make_a_missing_one(sandbox):
     exp = _register()
-    assert "python -m course_utils.robustness --claims C98" in ev.quote("C98")
+    assert "python -m course_utils.robustness --claims C98" in ev.quote("C98").text
     rb.write_report(rb.run_claim(exp, seeds=range(4)))
-    text = ev.quote("C98")
+    text = ev.quote("C98").text
     assert text.startswith("C98: fake claim\n") and "a = 1: the claim holds at 2 of 4 seeds" in text
     assert "a = 2 (control): the claim fails here, as the notebook says it should, at 0 of 4 seeds" in text
     assert "2 of 8 runs that could disagree agree" in text
+
+
+def test_a_notebook_shows_one_line_and_folds_the_report(sandbox):
+    exp = _register()
+    rb.write_report(rb.run_claim(exp, seeds=range(4)))
+    shown = ev.quote("C98")
+    assert "\n" not in str(shown) and str(shown) == repr(shown)
+    assert str(shown).startswith("C98 SOME RUNS DISAGREE: 2 of 8 runs agree, seeds 0-3 x 2 settings (1 control)")
+    html = shown._repr_html_()
+    assert html.startswith("<details") and "a = 2 (control): the claim fails here" in html and "<summary" in html
+    assert "&lt;" not in ev.Evidence("C1", "a < b", "x").line and "a &lt; b" in ev.Evidence("C1", "a < b", "x")._repr_html_()
+
+
+def test_the_one_line_says_robust_only_when_every_run_agrees(sandbox):
+    settings = [ev.Setting("a = 1", {"a": 1}), ev.Setting("a = 2 (control)", {"a": 2}, expect=False)]
+    exp = _register("C97", settings=settings, body=lambda seed, a: ev.Outcome(a == 1, 0.5 * a + seed, "d"))
+    rb.write_report(rb.run_claim(exp, seeds=range(3)))
+    line = str(ev.quote("C97"))
+    assert line.startswith("C97 robust: 6 of 6 runs agree, seeds 0-2 x 2 settings (1 control)"), line
+    assert ": 0.5 to 2.5 where it is claimed" in line  # the claimed setting's figures only, not the control's
 
 
 def test_the_ledger_sentence_is_rewritten_not_appended_twice(sandbox):

@@ -55,6 +55,77 @@ GAIN_RIGHT = {
 }
 
 
+
+# ---- notebook 01: check_residual_stack ----------------------------------------------------------------------------
+
+def _rs(step, keep_x0=True, stack=True, unknown_ok=False):
+    """A residual stack built from one step(x, f, g, norm, residual, d) -> x_{l+1}, and how it returns the stream."""
+    def residual_stack(x0, sublayers, gain, norm="off", residual=True):
+        if norm not in ("off", "Pre-LN", "Post-LN") and not unknown_ok:
+            raise ValueError(norm)
+        xs, x = ([x0] if keep_x0 else []), x0
+        for f in sublayers:
+            x = step(x, f, gain, norm, residual, x0.shape[-1:])
+            xs.append(x)
+        return torch.stack(xs) if stack else xs
+    return residual_stack
+
+
+def _right_step(x, f, g, norm, residual, d):
+    skip = x if residual else 0.0
+    if norm == "Pre-LN":
+        return skip + g * f(F.layer_norm(x, d))
+    out = skip + g * f(x)
+    return F.layer_norm(out, d) if norm == "Post-LN" else out
+
+
+def _only_last(x0, sublayers, gain, norm="off", residual=True):
+    return _rs(_right_step)(x0, sublayers, gain, norm, residual)[-1]
+
+
+def _in_place(x0, sublayers, gain, norm="off", residual=True):
+    xs = _rs(_right_step)(x0, sublayers, gain, norm, residual)
+    x0.add_(0.0 * x0 + 1.0)
+    return xs
+
+
+def _ln_by_hand(v):
+    return (v - v.mean(-1, keepdim=True)) / torch.sqrt(v.var(-1, unbiased=False, keepdim=True) + 1e-5)
+
+
+def _step_with(ln, x, f, g, norm, residual):
+    skip = x if residual else 0.0
+    if norm == "Pre-LN":
+        return skip + g * f(ln(x))
+    return ln(skip + g * f(x)) if norm == "Post-LN" else skip + g * f(x)
+
+
+RESIDUAL_WRONG = {
+    "Post-LN normalizes the sublayer's input (Pre-LN for both)": (_rs(
+        lambda x, f, g, n, r, d: (x if r else 0) + g * f(F.layer_norm(x, d) if n != "off" else x)), "normalizes the sum"),
+    "Pre-LN normalizes the stream too": (_rs(
+        lambda x, f, g, n, r, d: F.layer_norm(x, d) + g * f(F.layer_norm(x, d)) if n == "Pre-LN" and r
+        else _right_step(x, f, g, n, r, d)), "the skip carries x_l itself"),
+    "the gain scales the skip too": (_rs(
+        lambda x, f, g, n, r, d: g * ((x if r else 0) + f(x)) if n == "off" else _right_step(x, f, g, n, r, d)),
+        "not the skip"),
+    "residual flag ignored": (_rs(lambda x, f, g, n, r, d: _right_step(x, f, g, n, True, d)), "drops the skip"),
+    "LayerNorm over the whole tensor": (_rs(
+        lambda x, f, g, n, r, d: _right_step(x, f, g, n, r, x.shape)), "over its d features only"),
+    "returns only x_L": (_only_last, "return the whole stream"),
+    "the stream without x_0": (_rs(_right_step, keep_x0=False), "x_0 first"),
+    "a list, not a tensor": (_rs(_right_step, stack=False), "expected a torch.Tensor"),
+    "changes x0 in place": (_in_place, "changed x0 in place"),
+    "an unknown norm runs as no norm": (_rs(_right_step, unknown_ok=True), "raise ValueError"),
+}
+RESIDUAL_RIGHT = {
+    "the notebook's": exercises._stack_reference,
+    "one step at a time": _rs(_right_step),
+    "nn.LayerNorm without γ, β": _rs(lambda x, f, g, n, r, d: _step_with(
+        torch.nn.LayerNorm(d, elementwise_affine=False, dtype=x.dtype), x, f, g, n, r)),
+    "LayerNorm by hand": _rs(lambda x, f, g, n, r, d: _step_with(_ln_by_hand, x, f, g, n, r)),
+}
+
 # ---- notebook 02: check_masked_batch_stats ------------------------------------------------------------------------
 
 def _weights(x, m):
@@ -93,6 +164,25 @@ def _in_float32(x, m):
     return r.mean(0).to(x.dtype), r.var(0, unbiased=False).to(x.dtype)
 
 
+def _right_padding_only(x, m):
+    real = torch.cat([x[i, :n] for i, n in enumerate(m.sum(1).tolist())])  # assumes the real tokens come first
+    return real.mean(0), real.var(0, unbiased=False)
+
+
+def _times_the_mask(x, m):
+    w, n = _weights(x, m)
+    mean = (x * w).sum((0, 1)) / n
+    return mean, (((x - mean) ** 2) * w).sum((0, 1)) / n  # 0 * nan is nan
+
+
+def _batchnorm_running_stats(x, m):
+    bn = torch.nn.BatchNorm1d(x.shape[-1], momentum=1.0, affine=False, dtype=x.dtype)
+    real = x[m]
+    bn(real)
+    n = real.shape[0]
+    return bn.running_mean.clone(), bn.running_var * (n - 1) / n
+
+
 MASKED_WRONG = {
     "pads counted": (lambda x, m: (x.flatten(0, 1).mean(0), x.flatten(0, 1).var(0, unbiased=False)),
                      "pads count in the mean"),
@@ -114,6 +204,9 @@ MASKED_WRONG = {
     "float32 inside, float64 given": (_in_float32, "float32 precision"),
     "zeroes the pads of the input in place": (_zeroed_in_place, "in place"),
     "one stacked tensor": (lambda x, m: torch.stack([x[m].mean(0), x[m].var(0, unbiased=False)]), "(mean, var)"),
+    "right padding only, via the lengths": (_right_padding_only, "assumes the real tokens come first"),
+    "multiplied by the mask": (_times_the_mask, "a pad times 0 is still nan"),
+    "nn.BatchNorm1d's running statistics": (_batchnorm_running_stats, "calls F.batch_norm"),
 }
 
 
@@ -148,6 +241,10 @@ MASKED_RIGHT = {
     "Welford": _welford,
     "float64 inside": lambda x, m: tuple(t.to(x.dtype) for t in norms.masked_mean_var(x.double(), m)[:2]),
     "a list": lambda x, m: [x[m].mean(0), x[m].var(0, unbiased=False)],
+    "nanmean over the real tokens": lambda x, m: (
+        torch.where(m[..., None], x, math.nan).nanmean((0, 1)),
+        torch.where(m[..., None], (x - torch.where(m[..., None], x, math.nan).nanmean((0, 1))) ** 2, math.nan)
+        .nanmean((0, 1))),
 }
 
 
@@ -180,6 +277,16 @@ def _ln_no_keepdim(x, w, b, eps):
     return (x - x.mean(-1)) / torch.sqrt(x.var(-1, unbiased=False) + eps) * w + b
 
 
+_imported_layer_norm = torch.layer_norm
+
+
+def _ln_library_in_try(x, w, b, eps):
+    try:
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+    except Exception:
+        return _x_hat(x, eps) * w + b
+
+
 LAYER_NORM_WRONG = {
     "unbiased variance": (lambda x, w, b, eps: (x - x.mean(-1, keepdim=True))
                           / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b, "d − 1"),
@@ -190,10 +297,18 @@ LAYER_NORM_WRONG = {
     "gamma forgotten": (lambda x, w, b, eps: _x_hat(x, eps) + b, "γ (weight) is not applied"),
     "beta forgotten": (lambda x, w, b, eps: _x_hat(x, eps) * w, "β (bias) is not applied"),
     "a fresh nn.LayerNorm, ignoring weight and bias": (lambda x, w, b, eps: torch.nn.LayerNorm(x.shape[-1], eps)(x),
-                                                      "neither γ nor β"),
+                                                      "calls F.layer_norm"),
+    "neither gamma nor beta": (lambda x, w, b, eps: _x_hat(x, eps), "neither γ nor β"),
+    "F.layer_norm, the library's own": (lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps),
+                                        "calls F.layer_norm"),
+    "torch.layer_norm under another name": (lambda x, w, b, eps: _imported_layer_norm(x, (x.shape[-1],), w, b, eps),
+                                            "calls torch.layer_norm"),
+    "F.group_norm with one group": (lambda x, w, b, eps: F.group_norm(x.reshape(-1, x.shape[-1], 1), 1, eps=eps)
+                                    .reshape(x.shape) * w + b, "calls F.group_norm"),
+    "the library call hidden in a try": (_ln_library_in_try, "calls F.layer_norm"),
     "beta before gamma": (lambda x, w, b, eps: (_x_hat(x, eps) + b) * w, "β is added before"),
-    "statistics of the whole tensor": (lambda x, w, b, eps: F.layer_norm(x, x.shape, None, None, eps) * w + b,
-                                       "whole tensor"),
+    "statistics of the whole tensor": (lambda x, w, b, eps: (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps)
+                                       * w + b, "whole tensor"),
     "statistics over dim 0": (lambda x, w, b, eps: (x - x.mean(0, keepdim=True))
                               / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps) * w + b, "wrong dimension"),
     "mean without keepdim": (_ln_no_keepdim, "keepdim=True"),
@@ -223,11 +338,141 @@ def _ln_from_std(x, w, b, eps):
 
 LAYER_NORM_RIGHT = {
     "the lesson's": lambda x, w, b, eps: norms.layer_norm(x, None, w, b, eps),
-    "F.layer_norm": lambda x, w, b, eps: F.layer_norm(x, (x.shape[-1],), w, b, eps),
     "var_mean, rsqrt, addcmul": _ln_var_mean,
     "from the std": _ln_from_std,
     "centred first": lambda x, w, b, eps: _x_hat(x, eps) * w + b,
     "float64 inside": lambda x, w, b, eps: (_x_hat(x.double(), eps) * w.double() + b.double()).to(x.dtype),
+}
+
+
+# ---- notebook 03: check_layer_norm_jacobian and check_layer_norm_backward -----------------------------------------
+
+def _stats(x, eps=0.0, unbiased=False):
+    mu = x.mean(-1, keepdim=True)
+    s = torch.sqrt(x.var(-1, keepdim=True, unbiased=unbiased) + eps)
+    return mu, s, (x - mu) / s
+
+
+def _jacobian(x, *, mean_term=True, hat_term=True, unbiased=False, eps=0.0, root=True, centred=False):
+    d = x.shape[-1]
+    mu, s, x_hat = _stats(x, eps, unbiased)
+    v = x - mu if centred else x_hat
+    J = torch.eye(d, dtype=x.dtype)
+    if mean_term:
+        J = J - torch.full((d, d), 1.0 / d, dtype=x.dtype)
+    if hat_term:
+        J = J - v[:, None] * v[None, :] / d
+    return J / (s if root else s ** 2)
+
+
+def _jacobian_by_columns(x):
+    d = x.shape[-1]
+    _, s, x_hat = _stats(x)
+    return torch.stack([(torch.eye(d, dtype=x.dtype)[j] - 1.0 / d - x_hat * x_hat[j] / d) / s for j in range(d)], 1)
+
+
+def _jacobian_by_autograd(x):
+    x = x.clone().requires_grad_()
+    rows = []
+    for i in range(x.shape[-1]):
+        (row,) = torch.autograd.grad(_stats(x)[2][i], x)
+        rows.append(row)
+    return torch.stack(rows)
+
+
+JACOBIAN_WRONG = {
+    "the mean's term forgotten": (lambda x: _jacobian(x, mean_term=False), "−11ᵀ/d term is missing"),
+    "σ treated as a constant": (lambda x: _jacobian(x, hat_term=False), "−x̂x̂ᵀ/d term is missing"),
+    "μ and σ both constants": (lambda x: torch.eye(x.shape[-1], dtype=x.dtype) / _stats(x)[1], "I/σ"),
+    "unbiased σ": (lambda x: _jacobian(x, unbiased=True), "d − 1"),
+    "ε = 1e-5 out of habit": (lambda x: _jacobian(x, eps=1e-5), "for ε = 0"),
+    "divided by the variance": (lambda x: _jacobian(x, root=False), "divided by σ²"),
+    "x − μ in the outer product": (lambda x: _jacobian(x, centred=True), "uses x − μ"),
+    "the projection alone, no 1/σ": (lambda x: _jacobian(x) * _stats(x)[1], "1/σ in front is missing"),
+    "autograd's jacobian of F.layer_norm": (lambda x: torch.autograd.functional.jacobian(
+        lambda v: F.layer_norm(v, v.shape, eps=0.0), x), "calls F.layer_norm"),
+    "autograd, row by row, of the own formula": (_jacobian_by_autograd, "calls torch.autograd.grad"),
+    "torch.func.jacrev": (lambda x: torch.func.jacrev(lambda v: _stats(v)[2])(x), "calls torch.autograd.grad"),
+    "one row of it, a vector": (lambda x: _jacobian(x)[0], "shape"),
+}
+JACOBIAN_RIGHT = {
+    "the formula": lambda x: _jacobian(x),
+    "column by column": _jacobian_by_columns,
+    "P/σ minus the x̂ term, via torch.outer": lambda x: ((torch.eye(len(x), dtype=x.dtype) - 1.0 / len(x)) / _stats(x)[1]
+                                                        - torch.outer(_stats(x)[2], _stats(x)[2]) / len(x) / _stats(x)[1]),
+    "from σ³ and x − μ": lambda x: ((torch.eye(len(x), dtype=x.dtype) - 1.0 / len(x)) / _stats(x)[1]
+                                     - torch.outer(x - x.mean(), x - x.mean()) / (len(x) * _stats(x)[1] ** 3)),
+}
+
+
+def _backward(x, g, eps, *, mean_term=True, hat_term=True, unbiased=False, eps_on_std=False, divide=True):
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, unbiased=unbiased)
+    s = var.sqrt() + eps if eps_on_std else torch.sqrt(var + eps)
+    x_hat = (x - mu) / s
+    out = g
+    if mean_term:
+        out = out - g.mean(-1, keepdim=True)
+    if hat_term:
+        out = out - x_hat * (g * x_hat).mean(-1, keepdim=True)
+    return out / s if divide else out
+
+
+def _backward_by_jacobian(x, g, eps):
+    d = x.shape[-1]
+    mu, s, x_hat = _stats(x, eps)
+    eye = torch.eye(d, dtype=x.dtype)
+    J = (eye - 1.0 / d - x_hat[..., :, None] * x_hat[..., None, :] / d) / s[..., None]  # (..., d, d), one per token
+    return (J.transpose(-1, -2) @ g[..., None])[..., 0]  # dL/dx = Jᵀ g (J is symmetric here)
+
+
+def _backward_by_own_autograd(x, g, eps):
+    x = x.clone().requires_grad_()
+    _stats(x, eps)[2].backward(g)
+    return x.grad
+
+
+def _backward_in_place(x, g, eps):
+    _, s, x_hat = _stats(x, eps)
+    g -= g.mean(-1, keepdim=True)
+    g -= x_hat * (g * x_hat).mean(-1, keepdim=True)
+    return g / s
+
+
+def _backward_by_sums(x, g, eps):
+    d = x.shape[-1]
+    mu = x.sum(-1, keepdim=True) / d
+    rstd = ((x - mu).pow(2).sum(-1, keepdim=True) / d + eps).rsqrt()
+    x_hat = (x - mu) * rstd
+    return rstd / d * (d * g - g.sum(-1, keepdim=True) - x_hat * (g * x_hat).sum(-1, keepdim=True))
+
+
+LAYER_NORM_BACKWARD_WRONG = {
+    "the mean term forgotten": (lambda x, g, eps: _backward(x, g, eps, mean_term=False), "mean term is missing"),
+    "the x̂ term forgotten": (lambda x, g, eps: _backward(x, g, eps, hat_term=False), "x̂ term is missing"),
+    "μ and σ as constants": (lambda x, g, eps: g / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps),
+                             "both terms are missing"),
+    "unbiased variance": (lambda x, g, eps: _backward(x, g, eps, unbiased=True), "d − 1"),
+    "eps outside the root": (lambda x, g, eps: _backward(x, g, eps, eps_on_std=True), "ε is added to σ"),
+    "eps forgotten": (lambda x, g, eps: _backward(x, g, 0.0), "ε is missing"),
+    "not divided by σ": (lambda x, g, eps: _backward(x, g, eps, divide=False), "1/σ in front is missing"),
+    "Tensor.backward through its own formula": (_backward_by_own_autograd, "calls Tensor.backward"),
+    "torch.autograd.grad through F.layer_norm": (lambda x, g, eps: torch.autograd.grad(
+        F.layer_norm(x.clone().requires_grad_(), x.shape[-1:], eps=eps), x, g), "calls F.layer_norm"),
+    "torch.func.vjp": (lambda x, g, eps: torch.func.vjp(lambda v: _stats(v, eps)[2], x)[1](g)[0],
+                       "calls torch.autograd.grad"),
+    "grad_out changed in place": (_backward_in_place, "in place"),
+    "the per-token Jacobians, not the gradient": (lambda x, g, eps: _backward_by_jacobian(x, g, eps)[..., None]
+                                                  * torch.ones(x.shape[-1], dtype=x.dtype), "shape"),
+}
+LAYER_NORM_BACKWARD_RIGHT = {
+    "the closed form": lambda x, g, eps: _backward(x, g, eps),
+    "via the explicit Jacobian, per token": _backward_by_jacobian,
+    "with sums and rsqrt, as PyTorch's kernel": _backward_by_sums,
+    "from x − μ and σ³": lambda x, g, eps: ((g - g.mean(-1, keepdim=True)) / _stats(x, eps)[1]
+                                           - (x - x.mean(-1, keepdim=True)) * (g * (x - x.mean(-1, keepdim=True)))
+                                           .mean(-1, keepdim=True) / _stats(x, eps)[1] ** 3),
+    "float64 inside": lambda x, g, eps: _backward(x.double(), g.double(), eps).to(x.dtype),
 }
 
 
@@ -241,13 +486,22 @@ def _rms_in_place(x, w, eps):
     return x.div_(torch.sqrt(_ms(x) + eps)).mul_(w)
 
 
+def _rms_by_layer_norm(x, w, eps):
+    both = torch.cat([x, -x], dim=-1)  # mean 0, variance the mean square: LayerNorm of it is RMSNorm of x
+    return F.layer_norm(both, both.shape[-1:], None, None, eps)[..., :x.shape[-1]] * w
+
+
 RMS_WRONG = {
     "eps outside the root": (lambda x, w, eps: x / (torch.sqrt(_ms(x)) + eps) * w, "ε is added to the RMS"),
     "eps forgotten": (lambda x, w, eps: x / torch.sqrt(_ms(x)) * w, "ε is missing"),
     "eps squared": (lambda x, w, eps: x / torch.sqrt(_ms(x) + eps ** 2) * w, "ε is squared"),
-    "F.rms_norm with its default eps": (lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w), "eps=None"),
-    "mean subtracted (LayerNorm without beta)": (lambda x, w, eps: F.layer_norm(x, x.shape[-1:], w, None, eps),
-                                                 "the mean is subtracted"),
+    "F.rms_norm, the library's own": (lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps), "calls F.rms_norm"),
+    "nn.RMSNorm": (lambda x, w, eps: torch.nn.RMSNorm(x.shape[-1], eps=eps)(x) * w, "calls F.rms_norm"),
+    "F.layer_norm of [x, -x] (the same numbers, a library norm)": (_rms_by_layer_norm, "calls F.layer_norm"),
+    "eps at float32's machine epsilon (nn.RMSNorm's default)": (lambda x, w, eps: x / torch.sqrt(
+        _ms(x) + torch.finfo(torch.float32).eps) * w, "eps=None"),
+    "mean subtracted (LayerNorm without beta)": (lambda x, w, eps: (x - x.mean(-1, keepdim=True)) / torch.sqrt(
+        x.var(-1, keepdim=True, unbiased=False) + eps) * w, "the mean is subtracted"),
     "divides by the standard deviation": (lambda x, w, eps: x / torch.sqrt(x.var(-1, keepdim=True, unbiased=False)
                                                                            + eps) * w, "divided by σ"),
     "square root forgotten": (lambda x, w, eps: x / (_ms(x) + eps) * w, "square root is missing"),
@@ -255,7 +509,7 @@ RMS_WRONG = {
     "sum of squares over d - 1": (lambda x, w, eps: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) / (x.shape[-1] - 1)
                                                                    + eps) * w, "d − 1"),
     "gamma forgotten": (lambda x, w, eps: x / torch.sqrt(_ms(x) + eps), "γ (weight) is not applied"),
-    "gamma applied before normalizing": (lambda x, w, eps: F.rms_norm(x * w, x.shape[-1:], None, eps),
+    "gamma applied before normalizing": (lambda x, w, eps: x * w / torch.sqrt(_ms(x * w) + eps),
                                          "γ is applied before normalizing"),
     "mean |x| instead of the RMS": (lambda x, w, eps: x / (x.abs().mean(-1, keepdim=True) + eps) * w, "mean of |x|"),
     "mean |x|, eps under the root": (lambda x, w, eps: x / torch.sqrt(x.abs().mean(-1, keepdim=True) ** 2 + eps) * w,
@@ -272,7 +526,6 @@ RMS_WRONG = {
 }
 RMS_RIGHT = {
     "the lesson's": lambda x, w, eps: norms.rms_norm(x, None, w, eps),
-    "F.rms_norm with eps": lambda x, w, eps: F.rms_norm(x, (x.shape[-1],), w, eps),
     "rsqrt": lambda x, w, eps: x * torch.rsqrt(_ms(x) + eps) * w,
     "from the norm": lambda x, w, eps: w * x / torch.sqrt(torch.linalg.vector_norm(x, dim=-1, keepdim=True) ** 2
                                                           / x.shape[-1] + eps),
@@ -659,8 +912,11 @@ def test_a_block_running_in_another_thread_is_not_the_learners_call():
 
 CHECKERS = {  # checker, its plausible wrong answers (each with the words its failure must say), its right answers
     "depth-scaled gain": (exercises.check_depth_scaled_gain, GAIN_WRONG, GAIN_RIGHT),
+    "residual_stack": (exercises.check_residual_stack, RESIDUAL_WRONG, RESIDUAL_RIGHT),
     "masked batch stats": (exercises.check_masked_batch_stats, MASKED_WRONG, MASKED_RIGHT),
     "layer_norm": (exercises.check_layer_norm, LAYER_NORM_WRONG, LAYER_NORM_RIGHT),
+    "layer_norm_jacobian": (exercises.check_layer_norm_jacobian, JACOBIAN_WRONG, JACOBIAN_RIGHT),
+    "layer_norm_backward": (exercises.check_layer_norm_backward, LAYER_NORM_BACKWARD_WRONG, LAYER_NORM_BACKWARD_RIGHT),
     "Post-LN forward": (exercises.check_post_ln_forward, POST_WRONG, POST_RIGHT),
     "DeepNorm forward": (exercises.check_deepnorm_forward, DEEP_WRONG, DEEP_RIGHT),
     "rms_norm": (exercises.check_rms_norm, RMS_WRONG, RMS_RIGHT),
@@ -670,7 +926,7 @@ CHECKERS = {  # checker, its plausible wrong answers (each with the words its fa
 }
 UNBIASED_ON_D1 = pytest.mark.filterwarnings("ignore:var.*degrees of freedom:UserWarning")  # layer_norm's d = 1 case
 BATCHED_T = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")  # the k.T mistake, on a 4-d tensor
-MARKS = {"layer_norm": [UNBIASED_ON_D1], "rms_norm": [UNBIASED_ON_D1], "QK-norm logits": [BATCHED_T]}
+MARKS = {"layer_norm": [UNBIASED_ON_D1], "layer_norm_backward": [UNBIASED_ON_D1], "rms_norm": [UNBIASED_ON_D1], "QK-norm logits": [BATCHED_T]}
 
 
 @pytest.mark.filterwarnings(r"ignore:std\(\). degrees of freedom")  # torch.std on a one-feature token

@@ -184,11 +184,25 @@ def pitfall_figure(ds: list[int], unbiased_error: list[float], eps_error: list[f
 
 
 def invariance_figure(scales: list[float], gaps: list[float], eps: float) -> go.Figure:
-    """How far LN(a·x + b) is from LN(x) as the scale a shrinks towards √ε."""
-    fig = static_figure("LN(a·x + b) against LN(x): exact until a·σ nears √ε", "scale a (log)",
-                        "largest |LN(a·x + b) − LN(x)|", log_x=True, log_y=True)
-    fig.add_scatter(x=scales, y=gaps, mode="lines+markers", name="largest difference over the tokens")
-    fig.add_vline(x=math.sqrt(eps), line_dash="dot", annotation_text="a = √ε", line_color=color(7))
+    """How far LN(a·x) is from LN(x) as the scale a shrinks towards √ε. A gap of exactly 0 (at a = 1, where a·x is x)
+    has no place on a log axis, so it is drawn at the axis floor with its own marker and legend entry."""
+    positive = [g for g in gaps if g > 0]
+    floor = min(positive) / 100 if positive else 1e-17
+    top = max(positive) * 3 if positive else 1.0
+    fig = static_figure(f"LN(a·x) against LN(x), ε = {eps:g}: exact until a·σ nears √ε",
+                        "scale a (tokens of spread about 1, so a·σ ≈ a; log scale)",
+                        "largest |LN(a·x) − LN(x)|", log_x=True, log_y=True)
+    fig.add_scatter(x=list(scales), y=[g if g > 0 else None for g in gaps], mode="lines+markers",  # a 0 breaks the line
+                    name="largest difference over the tokens", line=dict(color=color(0), dash=dash(0)),
+                    marker=dict(symbol=marker(0), size=9))
+    zeros = [a for a, g in zip(scales, gaps) if g == 0]
+    if zeros:
+        fig.add_scatter(x=zeros, y=[floor] * len(zeros), mode="markers", marker=dict(symbol=marker(4), size=12,
+                        color=color(1)), name=f"exactly 0 (a = {', '.join(f'{a:g}' for a in zeros)}), drawn at the "
+                                              f"floor {floor:.0e}")
+    # The √ε line is a trace, not add_vline: plotly places a vline's label by the log of x on a log axis (at a ≈ 1).
+    fig.add_scatter(x=[math.sqrt(eps)] * 2, y=[floor, top], mode="lines", line=dict(color=color(7), dash=dash(2)),
+                    name=f"a = √ε ≈ {math.sqrt(eps):.4f}")
     return fig
 
 

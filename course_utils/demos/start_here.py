@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import types
+
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
+import torch.nn.functional as F
 
 from ..evidence import Outcome, Setting, claim_experiment
 from ..figures import color, dash, live_figure, log_axis_values, marker, static_figure
@@ -21,7 +24,8 @@ from ..transformer import TinyLM
 
 __all__ = ["FLOAT16_MAX", "HOOK_DEPTH", "HOOK_ARMS", "StackRun", "deep_stack", "hook_runs", "hook_table",
            "hook_figure", "block_diagram", "INVARIANCE_MOVES", "invariance_deviations", "first_slider_panel",
-           "shifted_token", "PRE_LN_RMS_BELOW", "POST_LN_RMS_WITHIN", "INVARIANT_WITHIN", "hook_checks", "invariant"]
+           "shifted_token", "PRE_LN_RMS_BELOW", "POST_LN_RMS_WITHIN", "INVARIANT_WITHIN", "hook_checks", "invariant",
+           "ATTENTION_KINDS", "attention_race", "attention_checks", "SDPA_LATER_BY", "STREAM_AT_LIMIT"]
 
 FLOAT16_MAX = float(torch.finfo(torch.float16).max)  # 65504: anything larger is inf in float16
 HOOK_DEPTH = 48
@@ -56,15 +60,32 @@ class StackRun:
         return (self.rms[-1] / self.rms[0]) ** (1 / (len(self.rms) - 1))
 
 
+ATTENTION_KINDS = ("course", "sdpa")  # the course's q @ k.T in the model's dtype, or F.scaled_dot_product_attention
+
+
+def _sdpa_forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """MultiHeadAttention.forward with PyTorch's fused attention in place of the course's q @ k.T and softmax."""
+    b, t, _ = x.shape
+    q, k, v = (proj(x).view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+               for proj in (self.q_proj, self.k_proj, self.v_proj))
+    # the record only: the scores SDPA works with, formed in float64 from its float16 inputs
+    self.last_max_logit = (q.double() @ k.double().transpose(-2, -1) / math.sqrt(self.d_head)).abs().amax()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+    return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
+
+
 def deep_stack(arm: str = "no norm", depth: int = HOOK_DEPTH, *, dtype: torch.dtype = torch.float16, seed: int = 0,
-               branch_scale: float = 1.0) -> StackRun:
+               branch_scale: float = 1.0, attention: str = "course") -> StackRun:
     """16 random tokens through a `depth`-block TinyLM (d_model 64, 4 heads) at its seeded initialization, in `dtype`.
 
     branch_scale multiplies each block's two output projections (attention's out_proj, the FFN's linear2; their biases
     are 0), so every sublayer adds branch_scale times its usual output: the remedy of Fixup, SkipInit and ReZero.
+    attention "sdpa" swaps every block's attention for F.scaled_dot_product_attention, same weights.
     """
     if arm not in HOOK_ARMS:
         raise ValueError(f"arm must be one of {tuple(HOOK_ARMS)}, got {arm!r}")
+    if attention not in ATTENTION_KINDS:
+        raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {attention!r}")
     norm, placement = HOOK_ARMS[arm]
     with torch.random.fork_rng():  # the layers' throwaway default init never moves the learner's random numbers
         model = TinyLM(HOOK_VOCAB, d_model=HOOK_D_MODEL, n_layers=depth, n_heads=HOOK_HEADS, norm=norm,
@@ -73,12 +94,15 @@ def deep_stack(arm: str = "no norm", depth: int = HOOK_DEPTH, *, dtype: torch.dt
         for block in model.blocks:
             block.attn.out_proj.weight.mul_(branch_scale)
             block.ffn.linear2.weight.mul_(branch_scale)
+    if attention == "sdpa":
+        for block in model.blocks:
+            block.attn.forward = types.MethodType(_sdpa_forward, block.attn)
     model.to(dtype)
     idx = torch.randint(0, HOOK_VOCAB, (1, HOOK_TOKENS), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         _, hidden = model(idx, return_hidden=True)
     wide = [h.double() for h in hidden]
-    return StackRun(arm, str(dtype).removeprefix("torch."),
+    return StackRun(arm, str(dtype).removeprefix("torch.") + ("" if attention == "course" else ", SDPA"),
                     rms=[h.pow(2).mean().sqrt().item() for h in wide],
                     largest=[h.abs().max().item() for h in wide],
                     max_score=[b.attn.last_max_logit.double().item() for b in model.blocks])
@@ -334,3 +358,46 @@ def c77_invariance(seed, *, moves=INVARIANCE_MOVES, d=16):
     deviations = invariance_deviations(moves, seed, d)
     return Outcome(holds=invariant(deviations), figure=max(deviations.values()),
                    detail=", ".join(f"(b {b:g}, a {a:g}) {v:.1e}" for (b, a), v in deviations.items()))
+
+
+# ---- C100: which overflows first depends on how attention computes its scores ----------------------------------------
+
+SDPA_LATER_BY = 1.5              # C100: with SDPA the float16 stack lasts at least this many times as many blocks
+STREAM_AT_LIMIT = FLOAT16_MAX / 4  # C100: with SDPA the stream entering the first bad block is above this
+
+
+def attention_race(seed: int = 0, depth: int = HOOK_DEPTH, branch_scale: float = 1.0) -> dict[str, StackRun]:
+    """The unnormalized float16 stack twice, same weights: the course's attention, and F.scaled_dot_product_attention."""
+    return {kind: deep_stack("no norm", depth, seed=seed, branch_scale=branch_scale, attention=kind)
+            for kind in ATTENTION_KINDS}
+
+
+def attention_checks(race: dict[str, StackRun]) -> dict[str, bool]:
+    """C100 on attention_race's result: the course's scores overflow first, SDPA's stream does, and much later."""
+    ours, sdpa = race["course"], race["sdpa"]
+    k, j = ours.first_bad, sdpa.first_bad
+    return {"course's attention: a score is the first non-finite value, the stream below a tenth of 65504":
+                k is not None and not math.isfinite(ours.max_score[k - 1]) and ours.largest[k - 1] < FLOAT16_MAX / 10,
+            f"SDPA: finite at least {SDPA_LATER_BY:g} times as many blocks":
+                k is not None and (j is None or j >= SDPA_LATER_BY * k),
+            "SDPA: when it breaks, the stream itself is at float16's limit (above a quarter of 65504)":
+                j is not None and sdpa.largest[j - 1] > STREAM_AT_LIMIT}
+
+
+@claim_experiment("C100", statement="Through the 48-block TinyLM without a norm in float16, the course's attention (q·kᵀ "
+                  "formed in float16) loses an attention score first, while the stream is below a tenth of 65504; with "
+                  "F.scaled_dot_product_attention in its place (same weights) the stack stays finite at least 1.5 times "
+                  "as many blocks and breaks only when the stream itself is above a quarter of 65504",
+                  figure="first non-finite block with SDPA (the course's attention: about 11)", kind="exact",
+                  settings=[Setting("48 blocks (the notebook)", {}),
+                            Setting("96 blocks", {"depth": 96}),
+                            Setting("8 blocks (control: neither overflows)", {"depth": 8}, expect=False),
+                            Setting("branch outputs x 0.1 (control: small branches, nothing overflows)",
+                                    {"branch_scale": 0.1}, expect=False)])
+def c100_sdpa_overflow(seed, *, depth=HOOK_DEPTH, branch_scale=1.0):
+    race = attention_race(seed, depth, branch_scale)
+    checks = attention_checks(race)
+    ours, sdpa = race["course"], race["sdpa"]
+    return Outcome(holds=all(checks.values()), figure=float(sdpa.first_bad or 0),
+                   detail=f"first non-finite block: course's attention {ours.first_bad}, SDPA {sdpa.first_bad}; stream "
+                          f"entering it with SDPA {sdpa.largest[sdpa.first_bad - 1] if sdpa.first_bad else 'finite'}")

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..evidence import Outcome, Setting, claim_experiment
-from ..figures import color, dash, live_figure, live_subplots, log_axis_values
+from ..figures import color, dash, live_figure, live_subplots, log_axis_values, marker, static_figure
 from ..norms import positive_number
 from ..panel import Panel, TrainingDemo, choice, message_html, register_panel
 from ..residual import (CONTRIBUTIONS, D_MODEL, MAX_DEPTH, N_TOKENS, STACK_NORMS, SUBLAYER_KINDS, make_sublayers,
@@ -37,6 +37,11 @@ __all__ = [
     "growth_checks", "float16_checks", "extreme", "stable", "bounded", "both_sides", "random_factor",
     "histogram_checks", "DRIFT_FACTOR", "SAME_LOSS_WITHIN", "NEARBY_LR_WITHIN", "BN_TRAINS_BELOW", "PLAIN_FAILS_BY",
     "drifted", "PRE_LN_STEADIER", "loss_gap", "same_loss", "large_lr_checks", "run_line",
+    "SPEED_LOSS", "SPEED_WINDOW", "FASTER_BY", "NOISE", "NOISE_SLOWER_AT_MOST", "SHARPER_BY", "steps_to_loss",
+    "trains_faster", "noise_race", "noise_checks", "hessian_top", "sharpness", "flatter_with_batchnorm",
+    "DEEP_DEPTHS", "LAW_BAND", "SHARE_SLOPE", "deep_stack", "depth_law", "follows_sqrt_law", "vanished",
+    "branch_shares", "share_slope", "down_weighted", "staleness", "gradient_staleness", "less_stale_with_batchnorm",
+    "VANISHED_BELOW",
 ]
 
 GAINS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -260,7 +265,17 @@ def residual_growth_panel(residual_stack: ResidualStack) -> Panel:
         plain = curve(sublayer, contributions, "off", gain, depth) if norm != "off" else measured
         law, law_name = predicted_norm(depth, gain, sublayer, contributions, norm, x0_norm)
         top = float(np.nanmax(plain if norm != "off" else measured))
+        # One y-range per (sublayer, contributions, gain), fixed over depth and placement: an autoscaled axis would
+        # rescale when the norm or the depth changes, and a flat LayerNorm curve would seem to shrink or grow
+        span = np.concatenate([curve(sublayer, contributions, n, gain, MAX_DEPTH) for n in STACK_NORMS]
+                              + [predicted_norm(MAX_DEPTH, gain, sublayer, contributions, n, x0_norm)[0]
+                                 for n in STACK_NORMS])
+        span = np.log10(span[np.isfinite(span) & (span > 0)])
+        low, high = float(span.min()), float(span.max())
+        pad = max(0.1 * (high - low), 0.3)
         with fig.batch_update():
+            fig.update_yaxes(range=[low - pad, high + pad], autorange=False)
+            fig.update_xaxes(range=[0, depth], autorange=False)
             plain_trace.update(x=layers, y=log_axis_values(plain), visible=norm != "off")
             measured_trace.update(x=layers, y=log_axis_values(measured), name=f"measured, normalization {norm}")
             law_trace.update(x=layers, y=log_axis_values(law), name=f"law: {law_name}")
@@ -434,9 +449,15 @@ QUANTILES = (0.15, 0.5, 0.85)
 class ShiftNet(nn.Module):
     """A small MLP, 16 -> 64 -> 64 -> 64 -> 4, ReLU, with an optional BatchNorm1d before each ReLU (Ioffe & Szegedy)."""
 
-    def __init__(self, norm: str = "none", width: int = 64, seed: int = 0):
+    def __init__(self, norm: str = "none", width: int = 64, seed: int = 0, noise: float = 0.0):
         super().__init__()
         _check_choice(norm, SHIFT_NORMS, "norm")
+        if not (math.isfinite(noise) and noise >= 0) or (noise > 0 and norm != "BatchNorm"):
+            raise ValueError(f"noise must be a finite number >= 0, and only with BatchNorm, got {noise!r} with {norm!r}")
+        # Santurkar et al.'s test (arXiv 1805.11604): after each BatchNorm, a per-unit shift and scale drawn afresh at
+        # every forward pass, so what the next layer receives keeps moving however well BatchNorm holds its own output
+        self.noise = float(noise)
+        self._noise_gen = torch.Generator().manual_seed(seed + 7)
         with torch.random.fork_rng():  # PyTorch's default init, seeded, without touching the caller's RNG state
             torch.manual_seed(seed)
             self.linears = nn.ModuleList([nn.Linear(16, width), nn.Linear(width, width), nn.Linear(width, width)])
@@ -450,6 +471,11 @@ class ShiftNet(nn.Module):
         for i, (linear, norm) in enumerate(zip(self.linears, self.norms)):
             z = linear(x)
             a = norm(z)
+            if self.noise > 0 and self.training:
+                n = self.noise
+                shift = (torch.rand(a.shape[-1], generator=self._noise_gen) * 2 - 1) * n   # U(-n, n) per unit
+                scale = 1 + torch.rand(a.shape[-1], generator=self._noise_gen) * n         # U(1, 1 + n) per unit
+                a = a * scale + shift
             if i == len(self.linears) - 1:
                 return z, a
             x = torch.relu(a)
@@ -489,7 +515,7 @@ def _drift(quantiles: np.ndarray) -> float:
 
 
 def train_shift_run(norm: str, steps: int = 150, lr: float = 0.1, seed: int = 0, units: int = 8, every: int = 5,
-                    callback=None, should_stop=None, width: int = 64, batch: int = 64) -> dict:
+                    callback=None, should_stop=None, width: int = 64, batch: int = 64, noise: float = 0.0) -> dict:
     """Train ShiftNet (hidden `width`) with SGD (momentum 0.9, written out) on batches of `batch`; every `every` steps
     record the watched quantiles.
 
@@ -500,17 +526,18 @@ def train_shift_run(norm: str, steps: int = 150, lr: float = 0.1, seed: int = 0,
     non-finite stops there (diverged_at). Returns norm, units, steps, loss (per step), both quantile arrays
     (records, 3, units), their drifts (spread_drift, output_drift: mean over units of |log(spread_end / spread_0)|),
     final_loss (mean of the last 20 losses; nan after a divergence), diverged_at (step or None), lr and the trained net.
+    noise > 0 (BatchNorm only) adds Santurkar et al.'s moving noise after each BatchNorm (ShiftNet).
     """
     _check_choice(norm, SHIFT_NORMS, "norm")
     if not (isinstance(steps, int) and steps >= 1) or not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"need steps >= 1 and a finite lr > 0, got steps={steps!r}, lr={lr!r}")
-    net = ShiftNet(norm, width=width, seed=seed)
+    net = ShiftNet(norm, width=width, seed=seed, noise=noise)
     data = torch.Generator().manual_seed(seed + 1)
     probe = probe_batch()
     params = list(net.parameters())
     velocity = [torch.zeros_like(p) for p in params]
     q = torch.tensor(QUANTILES)
-    record = {"norm": norm, "units": units, "lr": lr, "steps": [], "loss": [], "quantiles": [], "output_quantiles": [],
+    record = {"norm": norm, "noise": noise, "units": units, "lr": lr, "steps": [], "loss": [], "quantiles": [], "output_quantiles": [],
               "stopped": False, "diverged_at": None}
 
     def measure(step):
@@ -634,9 +661,11 @@ class CovariateShiftDemo(TrainingDemo):
                                                     line=dict(color=color(j), dash=dash(j)), row=1, col=1).data[-1]
         for col, key in ((2, ("none", "quantiles")), (3, ("BatchNorm", "quantiles")),
                          (4, ("BatchNorm", "output_quantiles"))):
+            # colour means the network everywhere in the panel (as in the loss plot); dash and width the percentile
+            net = SHIFT_NORMS.index(key[0])
             self._quantiles[key] = [
-                self.fig.add_scatter(mode="lines", name=f"{int(qv * 100)}th percentile",
-                                     line=dict(color=color(2 + k), width=3 if k == 1 else 1.5,
+                self.fig.add_scatter(mode="lines", name=f"{int(qv * 100)}th percentile ({('dotted', 'solid', 'dashed')[k]})",
+                                     line=dict(color=color(net), width=3 if k == 1 else 1.5,
                                                dash=("dot", "solid", "dash")[k]),
                                      legendgroup=str(k), showlegend=col == 2, row=1, col=col).data[-1]
                 for k, qv in enumerate(QUANTILES)]
@@ -983,3 +1012,331 @@ def c57_batchnorm_allows_large_lr(seed, *, lr=1.0, steps=150, width=64):
     ended = f"diverged at step {plain['diverged_at']}" if plain["diverged_at"] else f"{plain['final_loss']:.3f}"
     return Outcome(all(large_lr_checks(race).values()), gap,
                    f"no norm {ended}, BatchNorm {normed['final_loss']:.3f}")
+
+# ---- speed to a loss, Santurkar et al.'s noise test, and the loss surface's sharpness (notebook 01 §6) -------------
+
+SPEED_LOSS = 0.8          # "reaches loss 0.8": the mean of the last SPEED_WINDOW training losses first falls below it
+SPEED_WINDOW = 10         # a mean over 10 steps, so one easy batch does not count as arriving
+FASTER_BY = 2.0           # C110: BatchNorm needs fewer than 1/FASTER_BY of the plain network's steps
+NOISE = 0.5               # C111: after each BatchNorm a shift in U(-0.5, 0.5) and a scale in U(1, 1.5), per unit, per step
+NOISE_SLOWER_AT_MOST = 2.0  # ... and the noisy network needs at most this many times BatchNorm's steps
+SHARPER_BY = 1.5          # C114: one network's largest Hessian eigenvalue is more than 1.5 times the other's
+HESSIAN_ITERS = 20
+
+
+def steps_to_loss(record: dict, threshold: float = SPEED_LOSS, window: int = SPEED_WINDOW) -> float:
+    """The first step at which the mean of the last `window` training losses is below `threshold` (inf: never)."""
+    loss = np.asarray(record["loss"], dtype=float)
+    if len(loss) < window:
+        return math.inf
+    below = np.nonzero(np.convolve(loss, np.ones(window) / window, "valid") < threshold)[0]
+    return float(below[0] + window) if len(below) else math.inf
+
+
+def trains_faster(race: dict[str, dict], threshold: float = SPEED_LOSS) -> bool:
+    """C110: does the BatchNorm network reach `threshold` in fewer than 1/FASTER_BY of the plain network's steps?"""
+    fast, slow = steps_to_loss(race["BatchNorm"], threshold), steps_to_loss(race["none"], threshold)
+    return math.isfinite(fast) and fast * FASTER_BY < slow
+
+
+def noise_race(lr: float = 0.1, seed: int = 0, noise: float = NOISE, steps: int = 150, width: int = 64,
+               race: dict | None = None) -> dict[str, dict]:
+    """learning_rate_race plus a BatchNorm network with Santurkar et al.'s moving noise after each BatchNorm, by
+    "none", "BatchNorm" and "noisy"; `race` reuses runs already made at the same setting."""
+    race = dict(race) if race is not None else learning_rate_race(lr, seed, steps, width)
+    race["noisy"] = train_shift_run("BatchNorm", steps, lr, seed=seed, width=width, noise=noise)
+    return race
+
+
+def noise_checks(race: dict[str, dict]) -> dict[str, bool]:
+    """C111 on a noise_race: the noisy network still trains (final loss below BN_TRAINS_BELOW) and reaches SPEED_LOSS
+    in at most NOISE_SLOWER_AT_MOST times BatchNorm's steps."""
+    noisy, clean = steps_to_loss(race["noisy"]), steps_to_loss(race["BatchNorm"])
+    return {"noisy trains": race["noisy"]["final_loss"] < BN_TRAINS_BELOW,
+            "noisy about as fast as BatchNorm": math.isfinite(noisy) and noisy <= NOISE_SLOWER_AT_MOST * clean}
+
+
+def hessian_top(net: nn.Module, seed: int = 0, iters: int = HESSIAN_ITERS, n: int = 512) -> float:
+    """The largest eigenvalue of the training loss's Hessian (all parameters) on a fixed batch of n teacher inputs, in
+    training mode: power iteration with Hessian-vector products (double backward)."""
+    x, y = _teacher_data(n, torch.Generator().manual_seed(4321))
+    params = list(net.parameters())
+    grads = torch.autograd.grad(F.cross_entropy(net(x), y), params, create_graph=True)
+    g = torch.Generator().manual_seed(seed)
+    v = [torch.randn(p.shape, generator=g) for p in params]
+    top = float("nan")
+    for _ in range(iters):
+        size = torch.sqrt(sum((u * u).sum() for u in v))
+        v = [u / size for u in v]
+        hv = torch.autograd.grad(grads, params, v, retain_graph=True)
+        top = float(sum((a * b).sum() for a, b in zip(hv, v)))
+        v = [h.detach() for h in hv]
+    return top
+
+
+def sharpness(race: dict[str, dict] | None = None, seed: int = 0, trained: bool = True) -> dict[str, float]:
+    """hessian_top of both networks of a race (trained), or of both networks as initialised at `seed`."""
+    nets = ({k: race[k]["net"] for k in SHIFT_NORMS} if trained
+            else {k: ShiftNet(k, seed=seed) for k in SHIFT_NORMS})
+    return {k: hessian_top(net, seed) for k, net in nets.items()}
+
+
+def flatter_with_batchnorm(tops: dict[str, float]) -> bool:
+    """C114: is the plain network's largest Hessian eigenvalue more than SHARPER_BY times BatchNorm's?"""
+    return tops["none"] > SHARPER_BY * tops["BatchNorm"]
+
+
+def staleness(net: nn.Module, step: float, n: int = 512) -> float:
+    """How stale a gradient is after its own update: |g(w - step g) - g(w)| / |g(w)| on a fixed batch of n teacher
+    inputs (Santurkar et al.'s gradient predictiveness, one step along the gradient); the weights are put back."""
+    x, y = _teacher_data(n, torch.Generator().manual_seed(4321))
+    params = list(net.parameters())
+    before = torch.autograd.grad(F.cross_entropy(net(x), y), params)
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, g in zip(params, before):
+            p.sub_(step * g)
+    after = torch.autograd.grad(F.cross_entropy(net(x), y), params)
+    with torch.no_grad():
+        for p, w in zip(params, saved):
+            p.copy_(w)
+    change = torch.sqrt(sum(((a - b) ** 2).sum() for a, b in zip(after, before)))
+    return float(change / torch.sqrt(sum((g * g).sum() for g in before)))
+
+
+def gradient_staleness(race: dict[str, dict] | None = None, seed: int = 0, trained: bool = True,
+                       step: float = 0.1) -> dict[str, float]:
+    """staleness of both networks of a race (trained), or of both networks as initialised at `seed`."""
+    nets = ({k: race[k]["net"] for k in SHIFT_NORMS} if trained
+            else {k: ShiftNet(k, seed=seed) for k in SHIFT_NORMS})
+    return {k: staleness(net, step) for k, net in nets.items()}
+
+
+def less_stale_with_batchnorm(stale: dict[str, float]) -> bool:
+    """C115: does the plain network's gradient change more than SHARPER_BY times as much as BatchNorm's?"""
+    return stale["none"] > SHARPER_BY * stale["BatchNorm"]
+
+
+VANISHED_BELOW = 0.01     # C112: at depth 1000 Post-LN's input/output gradient ratio is below this at every seed
+
+
+# ---- the depth law and De & Smith's down-weighting (notebook 01 §4) ------------------------------------------------
+
+DEEP_DEPTHS = (200, 600, 1000)
+LAW_BAND = (0.75, 1.33)   # C112: Pre-LN's |x_L| / (sqrt(d) sqrt(L + 1)) stays in this band
+SHARE_SLOPE = (-0.6, -0.35)  # C113: the slope of log(branch share) against log(l + 1); 1/sqrt(l + 1) has -0.5
+
+
+def deep_stack(residual_stack: ResidualStack, depth: int, norm: str, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """The FFN stack (gain 1) of any depth, run once on its tokens with autograd on: the stream (depth + 1, tokens, d)
+    and the input/output gradient ratio of backward_through_stack's loss, from one backward pass."""
+    _check_choice(norm, STACK_NORMS, "norm")
+    x = stream_tokens(N_TOKENS, D_MODEL, seed + 1).requires_grad_(True)
+    r = stream_tokens(1, D_MODEL, seed + 2)[0] / math.sqrt(D_MODEL)
+    xs = residual_stack(x, _stack("amplifies its input", "independent", depth, seed), 1.0, norm)
+    (grad,) = torch.autograd.grad((xs[-1] @ r).mean(), x)
+    out_grad = (r / N_TOKENS).norm()               # dloss/dx_L is r / tokens for every token
+    return xs.detach(), vector_norm(grad).mean() / out_grad
+
+
+def depth_law(residual_stack: ResidualStack, depth: int, norm: str, seed: int = 0) -> dict[str, float]:
+    """deep_stack's summary: the stream's |x_L| over sqrt(d) sqrt(L + 1) (mean over tokens) and the gradient ratio."""
+    xs, ratio = deep_stack(residual_stack, depth, norm, seed)
+    size = vector_norm(xs[-1]).mean().item()
+    return {"law_ratio": size / (math.sqrt(D_MODEL) * math.sqrt(depth + 1)), "ratio": float(ratio)}
+
+
+def follows_sqrt_law(run: dict[str, float]) -> bool:
+    """C112 (Pre-LN): is |x_L| within LAW_BAND of sqrt(d) sqrt(L + 1)?"""
+    return LAW_BAND[0] < run["law_ratio"] < LAW_BAND[1]
+
+
+def vanished(run: dict[str, float], below: float) -> bool:
+    """C112 (Post-LN): has the input/output gradient ratio fallen below `below`?"""
+    return run["ratio"] < below
+
+
+def branch_shares(residual_stack: ResidualStack, norm: str, gain: float, depth: int = MAX_DEPTH,
+                  seed: int = 0) -> np.ndarray:
+    """Each block's contribution over the stream it is added to, |x_{l+1} - x_l| / |x_l|, l = 0..depth-1 (mean over
+    tokens), for the FFN stack without a norm or with Pre-LN (where x_{l+1} - x_l is exactly the branch g f_l)."""
+    if norm not in ("off", "Pre-LN"):
+        raise ValueError(f"norm must be 'off' or 'Pre-LN' (Post-LN's step is not its branch), got {norm!r}")
+    x0 = stream_tokens(N_TOKENS, D_MODEL, seed + 1)
+    with torch.no_grad():
+        xs = residual_stack(x0, _stack("amplifies its input", "independent", depth, seed), gain, norm)
+    return (vector_norm(xs[1:] - xs[:-1]) / vector_norm(xs[:-1])).mean(-1).numpy()
+
+
+def share_slope(shares: np.ndarray) -> float:
+    """The slope of log(share) against log(l + 1), fitted from l = 1: -0.5 for a share falling like 1/sqrt(l + 1)."""
+    layers = np.arange(len(shares))[1:]
+    return float(np.polyfit(np.log(layers + 1), np.log(shares[1:]), 1)[0])
+
+
+def down_weighted(shares: np.ndarray) -> bool:
+    """C113: does a block's share of the stream fall like 1/sqrt(l + 1) (a log-log slope within SHARE_SLOPE)?"""
+    return SHARE_SLOPE[0] < share_slope(shares) < SHARE_SLOPE[1]
+
+
+@claim_experiment(
+    "C110", statement="At lr 0.1 (also 0.05, and at hidden widths 32 and 128) the BatchNorm network reaches training "
+    "loss 0.8 (mean of 10 steps) in fewer than half the plain network's steps; not in the first steps (loss 1.3: "
+    "both about as fast) nor later (loss 0.6: the lead shrinks below 2x)",
+    figure="steps to loss 0.8, plain over BatchNorm", kind="training",
+    settings=[Setting("lr 0.1", {"lr": 0.1}), Setting("lr 0.05", {"lr": 0.05}),
+              Setting("lr 0.1, width 32", {"lr": 0.1, "width": 32}),
+              Setting("lr 0.1, width 128", {"lr": 0.1, "width": 128}),
+              Setting("lr 0.1, to loss 1.3 (control: the first steps, both about as fast)",
+                      {"lr": 0.1, "threshold": 1.3}, expect=False),
+              Setting("lr 0.1, to loss 0.6 (limit: the lead shrinks)", {"lr": 0.1, "threshold": 0.6}, expect=False)])
+def c110_faster_to_a_loss(seed, *, lr=0.1, threshold=SPEED_LOSS, steps=150, width=64):
+    race = learning_rate_race(lr, seed, steps, width)
+    fast, slow = steps_to_loss(race["BatchNorm"], threshold), steps_to_loss(race["none"], threshold)
+    return Outcome(trains_faster(race, threshold), slow / fast, f"steps: no norm {slow:g}, BatchNorm {fast:g}")
+
+
+@claim_experiment(
+    "C111", statement="Santurkar et al.'s noise test: with a per-unit shift in U(-0.5, 0.5) and scale in U(1, 1.5) "
+    "drawn afresh at every step after each BatchNorm, the network still trains (final loss below 0.8) and reaches "
+    "loss 0.8 in at most twice BatchNorm's steps, at lr 0.1 and at lr 0.5 (where the plain network fails, C57); noise "
+    "six times larger (shift U(-3, 3), scale U(1, 4)) breaks it (the control)",
+    figure="steps to loss 0.8, noisy BatchNorm over BatchNorm", kind="training",
+    settings=[Setting("lr 0.1, noise 0.5", {"lr": 0.1}), Setting("lr 0.5, noise 0.5", {"lr": 0.5}),
+              Setting("lr 0.1, noise 0.5, width 128", {"lr": 0.1, "width": 128}),
+              Setting("lr 0.1, noise 3 (control: large enough noise breaks it)", {"lr": 0.1, "noise": 3.0},
+                      expect=False)])
+def c111_noise_test(seed, *, lr=0.1, noise=NOISE, steps=150, width=64):
+    race = {"BatchNorm": train_shift_run("BatchNorm", steps, lr, seed=seed, width=width)}
+    race["noisy"] = train_shift_run("BatchNorm", steps, lr, seed=seed, width=width, noise=noise)
+    noisy, clean = steps_to_loss(race["noisy"]), steps_to_loss(race["BatchNorm"])
+    return Outcome.of_checks(noise_checks(race), noisy / clean,
+                             f"steps: BatchNorm {clean:g}, noisy {noisy:g}; final loss noisy "
+                             f"{race['noisy']['final_loss']:.3f}")
+
+
+@claim_experiment(
+    "C112", statement="The depth law: Pre-LN's stream grows like sqrt(L + 1), |x_L| within 0.75-1.33 of "
+    "sqrt(d) sqrt(L + 1) from depth 10 to 1000; Post-LN's input/output gradient ratio, bounded to depth 200 (C05), "
+    "drifts down with depth: below 1 at depth 600 and below 0.01 at depth 1000 at every seed; not at depth 50 (the "
+    "control: 0.15 to 2.3)", figure="Pre-LN: |x_L| / (sqrt(d) sqrt(L + 1)); Post-LN: the gradient ratio",
+    kind="exact",
+    settings=[Setting(f"Pre-LN, depth {L}", {"norm": "Pre-LN", "depth": L}) for L in (10, 200, 1000)]
+    + [Setting("Post-LN, depth 600, below 1", {"depth": 600, "below": 1.0}),
+       Setting("Post-LN, depth 1000, below 0.01", {"depth": 1000}),
+       Setting("Post-LN, depth 50, below 0.01 (control)", {"depth": 50}, expect=False)])
+def c112_depth_law(seed, residual_stack, *, norm="Post-LN", depth=1000, below=VANISHED_BELOW):
+    run = depth_law(residual_stack, depth, norm, seed)
+    if norm == "Pre-LN":
+        return Outcome(follows_sqrt_law(run), run["law_ratio"], f"gradient ratio {run['ratio']:.3g}")
+    return Outcome(vanished(run, below), run["ratio"], f"|x_L| / law {run['law_ratio']:.3g}")
+
+
+@claim_experiment(
+    "C113", statement="De & Smith's down-weighting: in the Pre-LN stack (gain 1, 200 blocks) block l's contribution "
+    "over the stream it joins falls like 1/sqrt(l + 1) (log-log slope between -0.6 and -0.35); without a norm it does "
+    "not fall (gain 0.05: a flat share of about 0.05; gain 1: about 1, the exponential stack)",
+    figure="slope of log(share) against log(l + 1)", kind="exact",
+    settings=[Setting("Pre-LN, gain 1", {"norm": "Pre-LN"}),
+              Setting("Pre-LN, gain 1, depth 100", {"norm": "Pre-LN", "depth": 100}),
+              Setting("no norm, gain 0.05 (control)", {"norm": "off", "gain": 0.05}, expect=False),
+              Setting("no norm, gain 1 (control)", {"norm": "off", "gain": 1.0}, expect=False)])
+def c113_branches_down_weighted(seed, residual_stack, *, norm="Pre-LN", gain=1.0, depth=MAX_DEPTH):
+    shares = branch_shares(residual_stack, norm, gain, depth, seed)
+    return Outcome(down_weighted(shares), share_slope(shares),
+                   f"share at block 0 {shares[0]:.3g}, at block {depth - 1} {shares[-1]:.3g}")
+
+
+@claim_experiment(
+    "C114", statement="After 150 steps at lr 0.1 the plain network's loss surface is sharper: its largest Hessian "
+    "eigenvalue more than 1.5 times the BatchNorm network's (also at lr 0.05); at initialization it is the other way round (the control: "
+    "BatchNorm's is the larger)", figure="largest Hessian eigenvalue, plain over BatchNorm", kind="training",
+    settings=[Setting("after 150 steps, lr 0.1"), Setting("after 150 steps, lr 0.05", {"lr": 0.05}),
+              Setting("at initialization (control)", {"trained": False}, expect=False)])
+def c114_sharpness(seed, *, lr=0.1, trained=True, steps=150):
+    tops = sharpness(learning_rate_race(lr, seed, steps) if trained else None, seed, trained)
+    return Outcome(flatter_with_batchnorm(tops), tops["none"] / tops["BatchNorm"],
+                   f"no norm {tops['none']:.3g}, BatchNorm {tops['BatchNorm']:.3g}")
+
+
+@claim_experiment(
+    "C115", statement="After 150 steps at lr 0.1 the plain network's gradient is staler: one step along it (0.1, "
+    "also 0.5) changes it, relative to its size, more than 1.5 times as much as the BatchNorm network's; at "
+    "initialization it is the other way round (the control)",
+    figure="relative gradient change after one step, plain over BatchNorm", kind="training",
+    settings=[Setting("after 150 steps, step 0.1"), Setting("after 150 steps, step 0.5", {"step": 0.5}),
+              Setting("after 150 steps at lr 0.05, step 0.1", {"lr": 0.05}),
+              Setting("at initialization (control)", {"trained": False}, expect=False)])
+def c115_staleness(seed, *, lr=0.1, step=0.1, trained=True, steps=150):
+    stale = gradient_staleness(learning_rate_race(lr, seed, steps) if trained else None, seed, trained, step)
+    return Outcome(less_stale_with_batchnorm(stale), stale["none"] / stale["BatchNorm"],
+                   f"no norm {stale['none']:.3g}, BatchNorm {stale['BatchNorm']:.3g}")
+
+
+# ---- C101: BatchNorm's large-learning-rate advantage needs a large enough batch ---------------------------------------
+# The learning-rate race of C57 (a 16-64-64-64-4 MLP, SGD with momentum 0.9, 150 steps, with and without BatchNorm);
+# only the batch size changes here.
+
+BATCH_SIZES = (16, 32, 64, 256)
+SWEEP_LRS = (0.5, 1.0)
+
+
+def batch_size_sweep(seed: int = 0, batches=BATCH_SIZES, lrs=SWEEP_LRS) -> dict[tuple[float, int], dict]:
+    """(lr, batch) -> notebook 01's learning-rate race at that batch size: each network's training record."""
+    return {(lr, b): learning_rate_race(lr, seed, batch=b) for lr in lrs for b in batches}
+
+
+def bn_advantage(race: dict[str, dict]) -> bool:
+    """C101 (C57's test of one race): BatchNorm trains (final loss below 0.8) while the plain network fails."""
+    from .why_normalize import BN_TRAINS_BELOW, PLAIN_FAILS_BY, loss_gap
+    plain_fails = race["none"]["diverged_at"] is not None or loss_gap(race) > PLAIN_FAILS_BY
+    return race["BatchNorm"]["final_loss"] < BN_TRAINS_BELOW and plain_fails
+
+
+def batch_size_checks(sweep: dict[tuple[float, int], dict]) -> dict[str, bool]:
+    """C101 on batch_size_sweep's result, each check by name."""
+    return {"lr 1: BatchNorm's advantage holds at batch 64 and 256": bn_advantage(sweep[1.0, 64]) and
+                bn_advantage(sweep[1.0, 256]),
+            "lr 1, batch 32: it does not (BatchNorm itself fails)": not bn_advantage(sweep[1.0, 32]),
+            "lr 0.5, batch 256: it does not (the plain network trains too)": not bn_advantage(sweep[0.5, 256])}
+
+
+def batch_size_figure(sweep: dict[tuple[float, int], dict]) -> go.Figure:
+    """Final loss against batch size: colour is the network, dash and marker the learning rate."""
+    fig = static_figure("BatchNorm's large-learning-rate advantage needs a large batch", "batch size (log scale)",
+                        "final training loss (mean of the last 20 steps)", log_x=True, height=380)
+    lrs = sorted({lr for lr, _ in sweep})
+    batches = sorted({b for _, b in sweep})
+    for i, net in enumerate(("BatchNorm", "none")):
+        for j, lr in enumerate(lrs):
+            losses = [sweep[lr, b][net]["final_loss"] for b in batches]
+            fig.add_scatter(x=batches, y=[v if math.isfinite(v) else None for v in losses], mode="lines+markers",
+                            name=f"{'BatchNorm' if net == 'BatchNorm' else 'no norm'}, lr {lr:g}",
+                            line=dict(color=color(i), dash=dash(2 * j)), marker=dict(symbol=marker(j), size=9))
+    fig.add_hline(y=0.8, line=dict(color="grey", dash="dot"))
+    fig.add_annotation(x=math.log10(batches[-1]), y=0.8, text="trains: below 0.8", showarrow=False, xanchor="right",
+                       yanchor="bottom", font=dict(color="grey"))
+    fig.update_xaxes(tickvals=batches)
+    return fig
+
+
+@claim_experiment("C101", statement="Notebook 01's MLP at lr 1, 150 steps: BatchNorm trains (final loss below 0.8) and the "
+                  "plain network fails (0.15 higher or diverged) at batch 64 to 256, but at batch 32 and 16 BatchNorm "
+                  "fails too; at lr 0.5 the advantage holds at batch 64, and at batch 256 the plain network trains as "
+                  "well (no advantage)",
+                  figure="final loss, no norm minus BatchNorm (nan: the plain network diverged)", kind="training",
+                  settings=[Setting("lr 1, batch 64 (notebook 01's setting)", {"lr": 1.0, "batch": 64}),
+                            Setting("lr 1, batch 128", {"lr": 1.0, "batch": 128}),
+                            Setting("lr 1, batch 256", {"lr": 1.0, "batch": 256}),
+                            Setting("lr 0.5, batch 64", {"lr": 0.5, "batch": 64}),
+                            Setting("lr 1, batch 32 (limit: BatchNorm fails too)", {"lr": 1.0, "batch": 32},
+                                    expect=False),
+                            Setting("lr 1, batch 16 (limit: BatchNorm fails too)", {"lr": 1.0, "batch": 16},
+                                    expect=False),
+                            Setting("lr 0.5, batch 256 (limit: the plain network trains too)", {"lr": 0.5, "batch": 256},
+                                    expect=False)])
+def c101_batch_size(seed, *, lr=1.0, batch=64):
+    race = batch_size_sweep(seed, batches=(batch,), lrs=(lr,))[lr, batch]
+    plain, normed = race["none"]["final_loss"], race["BatchNorm"]["final_loss"]
+    return Outcome(holds=bn_advantage(race), figure=plain - normed,
+                   detail=f"final loss no norm {plain:.3f}, BatchNorm {normed:.3f}")
