@@ -319,14 +319,8 @@ class Evidence:
     def __init__(self, claim: str, line: str, text: str):
         self.claim, self.line, self.text = claim, line, text
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:  # str() and IPython's plain-text display fall back to it
         return self.line
-
-    def __repr__(self) -> str:
-        return self.line
-
-    def _repr_pretty_(self, p, cycle) -> None:
-        p.text(self.line)
 
     def _repr_html_(self) -> str:
         from html import escape

@@ -292,8 +292,14 @@ def _norm_cases(with_bias: bool) -> list[tuple[str, list[Tensor], float, float, 
     ]
 
 
+def _hat(x: Tensor, eps: float, correction: int = 0, dim=-1) -> tuple[Tensor, Tensor]:
+    """x̂ and s = sqrt(σ² + ε) over dim, σ² dividing by d - correction."""
+    s = torch.sqrt(torch.var(x, dim, keepdim=True, correction=correction) + eps)
+    return (x - x.mean(dim, keepdim=True)) / s, s
+
+
 def _standardized(x: Tensor, eps: float, dim=-1, correction: int = 0) -> Tensor:
-    return (x - x.mean(dim, keepdim=True)) / torch.sqrt(torch.var(x, dim, keepdim=True, correction=correction) + eps)
+    return _hat(x, eps, correction, dim)[0]
 
 
 LAYER_NORM_MISTAKES: list[Mistake] = [
@@ -353,10 +359,6 @@ BY_HAND = {**AUTOGRAD, **NORM_LIBRARY}
 BY_HAND_WHAT = "derive it from the Jacobian and write it with tensor operations; autograd only checks it"
 
 
-def _hat(x: Tensor, eps: float, correction: int = 0) -> tuple[Tensor, Tensor]:
-    """x̂ and s = sqrt(σ² + ε) over the last dimension, σ² dividing by d - correction."""
-    s = torch.sqrt(torch.var(x, -1, keepdim=True, correction=correction) + eps)
-    return (x - x.mean(-1, keepdim=True)) / s, s
 
 
 def _ln_jacobian_reference(x: Tensor) -> Tensor:
@@ -957,26 +959,21 @@ def check_depth_scaled_gain(fn: Callable[[int], float]) -> CheckReport:
 
 # ---- notebook 01: the residual stack itself --------------------------------------------------------------------
 
-def _stack_reference(x0: Tensor, sublayers, gain: float, norm: str = "off", residual: bool = True) -> Tensor:
-    """x_0 .. x_L of x_{l+1} = x_l + g f_l(x_l), with LayerNorm (no γ, β) before the sublayer (Pre-LN) or after the
+def _stack_step(x: Tensor, f, gain: float, norm: str, residual: bool, d) -> Tensor:
+    """One step x_l -> x_{l+1} = x_l + g f_l(x_l), with LayerNorm (no γ, β) before the sublayer (Pre-LN) or after the
     sum (Post-LN); residual=False drops the skip."""
-    d, xs, x = x0.shape[-1:], [x0], x0
-    for f in sublayers:
-        skip = x if residual else 0.0
-        if norm == "off":
-            x = skip + gain * f(x)
-        elif norm == "Pre-LN":
-            x = skip + gain * f(F.layer_norm(x, d))
-        elif norm == "Post-LN":
-            x = F.layer_norm(skip + gain * f(x), d)
-        else:
-            raise ValueError(f"norm must be 'off', 'Pre-LN' or 'Post-LN', got {norm!r}")
-        xs.append(x)
-    return torch.stack(xs)
+    skip = x if residual else 0.0
+    if norm == "off":
+        return skip + gain * f(x)
+    if norm == "Pre-LN":
+        return skip + gain * f(F.layer_norm(x, d))
+    if norm == "Post-LN":
+        return F.layer_norm(skip + gain * f(x), d)
+    raise ValueError(f"norm must be 'off', 'Pre-LN' or 'Post-LN', got {norm!r}")
 
 
-def _stack_mistake(step: Callable) -> Callable[..., Tensor]:
-    """A residual stack whose one step is `step(x, f, gain, norm, residual, d)`."""
+def _stack_of(step: Callable) -> Callable[..., Tensor]:
+    """A residual stack, x_0 .. x_L, whose one step is `step(x, f, gain, norm, residual, d)`."""
     def stack(x0, sublayers, gain, norm="off", residual=True):
         xs, x = [x0], x0
         for f in sublayers:
@@ -986,25 +983,28 @@ def _stack_mistake(step: Callable) -> Callable[..., Tensor]:
     return stack
 
 
+_stack_reference = _stack_of(_stack_step)
+
+
 def _ln(x, d):
     return F.layer_norm(x, d)
 
 
 STACK_MISTAKES: list[Mistake] = [
     ("Post-LN normalizes the sum, after adding: x_{l+1} = LN(x_l + g f_l(x_l)); normalizing the sublayer's input "
-     "is Pre-LN", _stack_mistake(lambda x, f, g, n, r, d: (x if r else 0) + g * f(_ln(x, d)) if n != "off" else
+     "is Pre-LN", _stack_of(lambda x, f, g, n, r, d: (x if r else 0) + g * f(_ln(x, d)) if n != "off" else
                                  (x if r else 0) + g * f(x))),
     ("Pre-LN normalizes only what the sublayer reads: the skip carries x_l itself, x_{l+1} = x_l + g f_l(LN(x_l))",
-     _stack_mistake(lambda x, f, g, n, r, d: (_ln(x, d) if r else 0) + g * f(_ln(x, d)) if n == "Pre-LN" else
+     _stack_of(lambda x, f, g, n, r, d: (_ln(x, d) if r else 0) + g * f(_ln(x, d)) if n == "Pre-LN" else
                     _ln((x if r else 0) + g * f(x), d) if n == "Post-LN" else (x if r else 0) + g * f(x))),
     ("the gain multiplies the sublayer's output only, not the skip: x_l + g f_l(x_l)",
-     _stack_mistake(lambda x, f, g, n, r, d: g * ((x if r else 0) + f(_ln(x, d) if n == "Pre-LN" else x))
+     _stack_of(lambda x, f, g, n, r, d: g * ((x if r else 0) + f(_ln(x, d) if n == "Pre-LN" else x))
                     if n != "Post-LN" else _ln(g * ((x if r else 0) + f(x)), d))),
     ("residual=False drops the skip: x_{l+1} = g f_l(x_l), a plain deep network",
-     _stack_mistake(lambda x, f, g, n, r, d: x + g * f(x) if n == "off" else x + g * f(_ln(x, d)) if n == "Pre-LN"
+     _stack_of(lambda x, f, g, n, r, d: x + g * f(x) if n == "off" else x + g * f(_ln(x, d)) if n == "Pre-LN"
                     else _ln(x + g * f(x), d))),
     ("LayerNorm normalizes each token over its d features only: F.layer_norm(x, x.shape[-1:]), not over the whole "
-     "tensor", _stack_mistake(lambda x, f, g, n, r, d: (x if r else 0) + g * f(x) if n == "off" else
+     "tensor", _stack_of(lambda x, f, g, n, r, d: (x if r else 0) + g * f(x) if n == "off" else
                               (x if r else 0) + g * f(F.layer_norm(x, x.shape)) if n == "Pre-LN" else
                               F.layer_norm((x if r else 0) + g * f(x), x.shape))),
 ]
