@@ -11,8 +11,8 @@ import pytest
 from conftest import ROOT
 from course_utils import reading
 
-# 04_pre_vs_post_ln joins this list when its exercises are moved ahead of their answers (issue 25, still open)
-BUILD_FIRST = ["00_start_here", "01_why_normalize", "02_batchnorm_and_padding", "03_layernorm"]
+BUILD_FIRST = ["00_start_here", "01_why_normalize", "02_batchnorm_and_padding", "03_layernorm",
+               "04_pre_vs_post_ln"]
 WITH_EXERCISES = BUILD_FIRST[1:]
 
 

@@ -26,11 +26,11 @@ from ..transformer import TinyLM, TransformerBlock
 
 __all__ = ["MODEL", "TASK", "POS_STD", "INIT_DEPTHS", "DEEPNORM_KINDS", "deepnorm_scales", "build_model",
            "relative_updates", "init_measurements", "quarters", "gradient_profile", "stream_growth",
-           "jacobian_profile", "final_norm_readout", "token_spread", "spread_profile", "spread_figure",
+           "final_norm_readout", "token_spread", "spread_profile", "spread_figure",
            "init_panel", "placement_diagram", "RunConfig", "RACE", "NO_FINAL_NORM", "DEPTH_RACE", "DEEPNORM",
            "RADAM_RACE", "RACE_STYLE", "line_style", "verdict", "run_verdict", "RaceResult", "race_figure", "run_race",
            "train_config", "step_cost", "race_seconds", "RacePanel", "race_panel", "report_details", "first_step", "steps_to_learn", "race_reach", "readout_logit_rms",
-           "unexplained_share", "jacobian_at_scale", "stream_checks", "C44_CHECK_DEPTHS", "C44_WIDTHS",
+           "readers_measure", "readers_profile", "readers_holds", "stream_checks", "C44_CHECK_DEPTHS", "C44_WIDTHS",
            "c44_width_label", "growth_checks", "readout_checks", "update_checks", "trained_update_holds",
            "adam_step_holds", "ADAM_SAME_STEP"]
 
@@ -121,17 +121,6 @@ def stream_growth(rms: np.ndarray) -> dict:
     slope, intercept = np.polyfit(layers, squared, 1)
     r2 = 1 - np.sum((squared - (intercept + slope * layers)) ** 2) / np.sum((squared - squared.mean()) ** 2)
     return {"rms": mean, "slope": float(slope), "intercept": float(intercept), "r2": float(r2)}
-
-
-def jacobian_profile(measured: dict) -> dict:
-    """One placement and depth of init_measurements: the FFN W2 gradient of block l, the RMS of the stream entering
-    block l, their product (flat if the gradient is 1/RMS, LayerNorm's 1/sigma), how far each falls from the first to
-    the last block, the product's max/min, and the correlation of log gradient with log RMS."""
-    grad, rms_in = measured["W2"].mean(0), measured["rms"].mean(0)[:-1]
-    product = grad * rms_in
-    return {"grad": grad, "rms_in": rms_in, "product": product, "grad_fall": float(grad[0] / grad[-1]),
-            "rms_growth": float(rms_in[-1] / rms_in[0]), "product_spread": float(product.max() / product.min()),
-            "log_corr": float(np.corrcoef(np.log(grad), np.log(rms_in))[0, 1])}
 
 
 def final_norm_readout(seed: int = 0, n_layers: int = 24) -> tuple[list[float], list[float]]:
@@ -922,49 +911,70 @@ def collapse_claim(seed, *, n_layers=4, lr=1e-2):
                    "; ".join(f"{k}: last block {v[-2]:.2g}" for k, v in profiles.items()))
 
 
-def unexplained_share(profile: dict) -> float:
-    """On a log scale, the share of the gradient's fall that gradient x stream RMS keeps: log(product max/min) /
-    log(gradient fall). 0: the stream's growth accounts for all of it; 1: for none of it."""
-    fall = np.log(profile["grad_fall"])
-    return float(np.log(profile["product_spread"]) / fall) if fall > 0 else float("inf")
+def readers_measure(n_layers: int, placement: str, seed: int, *, cut: bool = False, emb_scale: float = 1.0) -> dict:
+    """One batch of the copy task through a fresh model at initialization (section 3's model and batch): the FFN W2
+    gradient of every block, and the norm of the stream's gradient g_l = dLoss/dx_l and the stream's RMS at every
+    position (0 = the embeddings). cut=True makes every sublayer read LN(x.detach()): the sublayers still compute the
+    same forward pass but no longer pass gradient back into the stream, which the head alone (through the final norm)
+    then does."""
+    model = build_model(n_layers, placement, seed, emb_scale=emb_scale)
+    idx, targets, mask = copy_task_batch(64, n_tokens=TASK["n_tokens"], vocab_size=TASK["vocab_size"],
+                                         generator=torch.Generator().manual_seed(seed))
+    x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[1]))
+    hidden = [x]
+    for block in model.blocks:
+        cuts = (dict(norm1=lambda h, norm=block.norm1: norm(h.detach()),
+                     norm2=lambda h, norm=block.norm2: norm(h.detach())) if cut else {})
+        x = block(x, **cuts)
+        hidden.append(x)
+    for h in hidden:
+        h.retain_grad()
+    loss, _ = masked_loss_and_accuracy(model.head(model.final_norm(x)), targets, mask)
+    loss.backward()
+    return {"W2": np.array([b.ffn.linear2.weight.grad.norm().item() for b in model.blocks]),
+            "g": np.array([h.grad.norm().item() for h in hidden]),
+            "rms": np.array([h.detach().pow(2).mean().sqrt().item() for h in hidden])}
 
 
-def jacobian_holds(profile: dict) -> bool:
-    """C69 on jacobian_profile: the gradient falls > 1.5x from the first block to the last, and gradient x stream RMS
-    is much flatter than the gradient itself: its max/min keeps less than half the fall on a log scale
-    (unexplained_share < 0.5)."""
-    return profile["grad_fall"] > 1.5 and unexplained_share(profile) < 0.5
+def readers_profile(n_layers: int = 24, placement: str = "pre", first_seed: int = 0, inits: int = 3, *,
+                    cut: bool = False, emb_scale: float = 1.0) -> dict:
+    """readers_measure, mean of `inits` initializations: the W2 gradient's fall from the first block to the last; per
+    block l the growth of the stream's gradient going down through it, |g_l|²/|g_{l+1}|² - 1 (0 when nothing
+    reads the stream there), against 1/σ_l², σ_l the RMS of the stream block l reads; and their correlation."""
+    runs = [readers_measure(n_layers, placement, s, cut=cut, emb_scale=emb_scale)
+            for s in range(first_seed, first_seed + inits)]
+    w2, g, rms = (np.mean([r[k] for r in runs], axis=0) for k in ("W2", "g", "rms"))
+    step, inv_var = g[:-1] ** 2 / g[1:] ** 2 - 1, 1 / rms[:-1] ** 2
+    corr = float(np.corrcoef(step, inv_var)[0, 1]) if step.std() > 1e-9 else 0.0
+    return {"W2": w2, "g": g, "rms": rms, "step": step, "inv_var": inv_var, "corr": corr,
+            "grad_fall": float(w2[0] / w2[-1]), "largest_step": float(np.abs(step).max())}
 
 
-def jacobian_at_scale(measure_at_init: Callable, emb_scale: float, first_seed: int = 0, depth: int = 24,
-                      inits: int = 3) -> dict:
-    """jacobian_profile of Pre-LN at `depth`, with the embeddings multiplied by emb_scale (the stream starts larger
-    or smaller), mean of `inits` initializations from first_seed: measure_at_init(depth, "pre", seed, emb_scale)."""
-    runs = [measure_at_init(depth, "pre", seed, emb_scale) for seed in range(first_seed, first_seed + inits)]
-    return jacobian_profile({key: np.array([r[key] for r in runs]) for key in runs[0]})
+def readers_holds(profile: dict, fall: float = 1.5, corr: float = 0.9) -> bool:
+    """C69 on readers_profile: the W2 gradient falls more than `fall` from block 1 to the last, and the stream
+    gradient's growth through each block, going down, correlates with 1/σ_l² better than `corr`."""
+    return profile["grad_fall"] > fall and profile["corr"] > corr
 
 
 @claim_experiment(
-    "C69", statement="At initialization (depths 12 and 24) Pre-LN's FFN W2 gradient falls > 1.5x from the first "
-                     "block to the last while the gradient times the RMS of the stream entering the block is much "
-                     "flatter (on a log scale it keeps < half the fall): the decay is LayerNorm's 1/sigma on a "
-                     "growing stream; with the embeddings 4x larger the stream grows less and the decay nearly "
-                     "vanishes; with them 4x smaller the first-order account breaks",
-    figure="log(product max/min) / log(gradient fall), the share of the fall the stream's growth leaves unexplained "
-           "(Post-LN and x4 embeddings settings: the gradient's fall, first / last block)", kind="float",
+    "C69", statement="At initialization Pre-LN's FFN W2 gradient falls > 1.5x from the first block to the last, and "
+                     "the stream's gradient grows going down, through each block l by |g_l|²/|g_(l+1)|² - 1, which "
+                     "follows 1/sigma_l² (correlation > 0.9): every sublayer reading the stream adds a term divided "
+                     "by its sigma. Cut the readers (each sublayer reads LN(x.detach())) and the fall goes",
+    figure="the W2 gradient's fall, first block / last (mean of 3 inits)", kind="float",
     settings=[Setting("Pre-LN, depth 24"), Setting("Pre-LN, depth 12", {"depth": 12}),
-              Setting("Post-LN, depth 24 (control: a flat stream, no decay)", {"placement": "post"}, expect=False),
-              Setting("Pre-LN, depth 24, embeddings x4 (control: the stream starts larger, grows less, and the "
-                      "gradient falls < 1.5x)", {"emb_scale": 4.0}, expect=False),
-              Setting("Pre-LN, depth 24, embeddings x0.25 (limit: the product keeps > half the fall)",
-                      {"emb_scale": 0.25}, expect=False)])
-def jacobian_claim(seed, measure_at_init, *, depth=24, placement="pre", emb_scale=1.0):
-    profile = (jacobian_profile(_init_data(measure_at_init, 3 * seed)[depth, placement]) if emb_scale == 1.0
-               else jacobian_at_scale(measure_at_init, emb_scale, 3 * seed, depth))
-    figure = profile["grad_fall"] if emb_scale > 1 or placement == "post" else unexplained_share(profile)
-    return Outcome(jacobian_holds(profile), figure,
-                   f"gradient falls {profile['grad_fall']:.2f}x, stream grows {profile['rms_growth']:.2f}x, product "
-                   f"within {profile['product_spread']:.2f}x, log corr {profile['log_corr']:.3f}")
+              Setting("Pre-LN, depth 24, embeddings x0.25 (the stream starts smaller: larger 1/sigma² terms low "
+                      "down, a larger fall)", {"emb_scale": 0.25}),
+              Setting("Pre-LN, depth 24, readers cut (control: every sublayer reads LN(x.detach()), the gradient "
+                      "does not fall)", {"cut": True}, expect=False),
+              Setting("Post-LN, depth 24 (control: no decay upward)", {"placement": "post"}, expect=False),
+              Setting("Pre-LN, depth 24, embeddings x4 (control: the stream starts larger, its 1/sigma² terms are "
+                      "small, the fall < 1.5x)", {"emb_scale": 4.0}, expect=False)])
+def readers_claim(seed, *, depth=24, placement="pre", emb_scale=1.0, cut=False):
+    profile = readers_profile(depth, placement, 3 * seed, cut=cut, emb_scale=emb_scale)
+    return Outcome(readers_holds(profile), profile["grad_fall"],
+                   f"W2 gradient falls {profile['grad_fall']:.2f}x; step growth vs 1/sigma² corr "
+                   f"{profile['corr']:.3f}; largest step {profile['largest_step']:.3f}")
 
 
 ADAM_SAME_STEP = 1e-3  # the relative tolerance within which Adam's first step ignores the loss scale
