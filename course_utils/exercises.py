@@ -28,7 +28,8 @@ from .transformer import TransformerBlock, softcap
 
 __all__ = ["CaseResult", "CheckReport", "call_learner", "run_case", "teaching", "NORM_LIBRARY", "AUTOGRAD", "check_layer_norm",
            "check_layer_norm_jacobian", "check_layer_norm_backward", "check_rms_norm",
-           "check_masked_batch_stats", "check_post_ln_forward", "check_deepnorm_forward", "depth_scaled_gain",
+           "check_masked_batch_stats", "check_post_ln_forward", "check_deepnorm_forward", "check_deepnorm_init",
+           "deepnorm_init", "DEEPNORM_SCALED", "depth_scaled_gain",
            "check_depth_scaled_gain", "check_residual_stack", "check_softcap", "check_qk_norm_logits", "check_mean_pool"]
 
 
@@ -885,6 +886,70 @@ def check_deepnorm_forward(fn: Callable[[TransformerBlock, Tensor, float], Tenso
         report.cases.append(_block_case(name, "DeepNorm", fn, block, (alpha,),
                                         lambda x, alpha=alpha, twin=twin: _deepnorm(twin, x, alpha), x,
                                         _deepnorm_mistakes(twin, alpha)))
+    return report
+
+
+DEEPNORM_SCALED = ("attn.v_proj.weight", "attn.out_proj.weight", "ffn.linear1.weight", "ffn.linear2.weight")
+
+
+def deepnorm_init(block: TransformerBlock, beta: float) -> TransformerBlock:
+    """DeepNorm's initialization (Wang et al. 2022): multiply the weights that carry the branch's value, the FFN's
+    two matrices and attention's value and output projections, by beta, in place; q, k, biases and norms stay."""
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if name in DEEPNORM_SCALED:
+                p.mul_(beta)
+    return block
+
+
+def _init_problem(name: str, before: Tensor, have: Tensor, beta: float) -> str:
+    """What one parameter's change says about the answer, or "" when it is what DeepNorm's init makes it."""
+    want = before * beta if name in DEEPNORM_SCALED else before
+    close = lambda a, b: have.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-9, atol=1e-12))
+    if close(have, want):
+        return ""
+    if name in DEEPNORM_SCALED:
+        if close(have, before):
+            return f"{name} is not scaled: DeepNorm multiplies it by β"
+        if close(have, before * beta ** 2):
+            return f"{name} is multiplied by β twice (β²): scale each weight once"
+        if close(have, before / beta):
+            return f"{name} is divided by β: multiply it by β = (8N)^(-1/4), which is below 1"
+        return f"{name} is not β times its initial value"
+    if close(have, before * beta):
+        if name in ("attn.q_proj.weight", "attn.k_proj.weight"):
+            return (f"{name} is scaled too: DeepNet leaves q and k alone (they only decide where attention looks, not "
+                    "how much the branch adds)")
+        if name.endswith(".bias"):
+            return f"{name} is scaled too: DeepNorm scales weight matrices, not biases"
+        return f"{name} is scaled too: DeepNorm leaves the norms' parameters alone"
+    return f"{name} changed: DeepNorm's initialization leaves it as it was"
+
+
+def check_deepnorm_init(fn: Callable[[TransformerBlock, float], object]) -> CheckReport:
+    """Check fn(block, beta): DeepNorm's initialization of a block, in place (deepnorm_init), on hidden blocks and
+    betas; every parameter is compared with what it should become, and a wrong one is named."""
+    report = CheckReport("DeepNorm initialization")
+    for name, norm, seed, n_layers in [("N = 4 blocks, LayerNorm block", "layer", 11, 4),
+                                       ("N = 24 blocks, RMSNorm block", "rms", 12, 24),
+                                       ("N = 1 block, LayerNorm block", "layer", 13, 1)]:
+        beta = (8 * n_layers) ** -0.25
+        block = _hidden_block(norm, seed, "post")
+        before = {n: q.detach().clone() for n, q in block.named_parameters()}
+        got, failed = call_learner(name, fn, block, beta)
+        if failed is not None:
+            report.cases.append(failed)
+            continue
+        if isinstance(got, TransformerBlock) and got is not block:
+            block = got  # an answer may return a scaled copy instead of scaling in place
+        params = dict(block.named_parameters())
+        problems = [q for n in before if (q := _init_problem(n, before[n], params[n].detach(), beta))]
+        if problems:
+            report.cases.append(CaseResult(name, False, problems[0] + (f" (and {len(problems) - 1} more)"
+                                                                      if len(problems) > 1 else "")))
+        else:
+            report.cases.append(CaseResult(name, True, f"β = {beta:.3f}: the four branch matrices scaled, the rest "
+                                                       "unchanged"))
     return report
 
 

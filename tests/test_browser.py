@@ -274,8 +274,13 @@ def _check_a_slider_moves_a_plot(page, path) -> None:
 
     until(still, timeout_s=10)
     before = settled[-1]
-    for i in range(min(sliders.count(), 4)):  # some sliders sit at their maximum; try a few
-        handle = sliders.nth(i)
+    # the main panel's sliders first: a training panel's sliders only set the next run, they redraw nothing
+    selector = ".widget-slider .noUi-handle, .widget-slider input[type=range]"
+    main = page.locator(".course-panel").filter(has=page.locator("b", has_text=MAIN_PANEL.get(path.stem, "")))
+    handles = ([main.first.locator(selector).nth(i) for i in range(min(main.first.locator(selector).count(), 4))]
+               if path.stem in MAIN_PANEL and main.count() else [])
+    handles += [sliders.nth(i) for i in range(min(sliders.count(), 4))]  # some sit at their maximum; try a few
+    for handle in handles:
         handle.scroll_into_view_if_needed()
         handle.focus()
         for key in ("ArrowRight", "ArrowLeft"):  # right first; a slider already at its maximum goes left

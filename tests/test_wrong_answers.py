@@ -908,6 +908,51 @@ def test_a_block_running_in_another_thread_is_not_the_learners_call():
     assert report.passed, report.text()
 
 
+# ---- notebook 04: check_deepnorm_init ------------------------------------------------------------------------------
+
+def _scale(block, beta, names):
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if name in names:
+                p.mul_(beta)
+
+
+_ALL_ATTN = exercises.DEEPNORM_SCALED + ("attn.q_proj.weight", "attn.k_proj.weight")
+_WITH_BIASES = exercises.DEEPNORM_SCALED + tuple(n.replace("weight", "bias") for n in exercises.DEEPNORM_SCALED)
+
+INIT_WRONG = {
+    "q and k scaled too": (lambda b, beta: _scale(b, beta, _ALL_ATTN), "DeepNet leaves q and k alone"),
+    "the FFN only": (lambda b, beta: _scale(b, beta, exercises.DEEPNORM_SCALED[2:]), "attn.v_proj.weight is not scaled"),
+    "attention only": (lambda b, beta: _scale(b, beta, exercises.DEEPNORM_SCALED[:2]),
+                       "ffn.linear1.weight is not scaled"),
+    "divided by beta": (lambda b, beta: _scale(b, 1 / beta, exercises.DEEPNORM_SCALED), "divided by β"),
+    "beta twice": (lambda b, beta: (_scale(b, beta, exercises.DEEPNORM_SCALED),
+                                    _scale(b, beta, exercises.DEEPNORM_SCALED)), "β twice"),
+    "biases too": (lambda b, beta: _scale(b, beta, _WITH_BIASES), "not biases"),
+    "every parameter": (lambda b, beta: _scale(b, beta, {n for n, _ in b.named_parameters()}), "scaled too"),
+    "a scaled copy returned by the wrong factor": (
+        lambda b, beta: (lambda c: (_scale(c, beta ** 0.5, exercises.DEEPNORM_SCALED), c)[1])(copy.deepcopy(b)),
+        "not β times"),
+    "nothing done": (lambda b, beta: b, "is not scaled"),
+}
+INIT_RIGHT = {
+    "named parameters": exercises.deepnorm_init,
+    "the four layers by name": lambda b, beta: [lin.weight.data.mul_(beta) for lin in
+                                                (b.ffn.linear1, b.ffn.linear2, b.attn.v_proj, b.attn.out_proj)],
+    "a scaled copy, returned": lambda b, beta: exercises.deepnorm_init(copy.deepcopy(b), beta),
+}
+
+
+def test_deepnorm_init_is_what_build_model_does():
+    from course_utils.demos import placement as demo
+    beta = demo.deepnorm_scales(4)[1]
+    plain, scaled = demo.build_model(4, "post", 0), demo.build_model(4, "post", 0, deepnorm="beta")
+    for block in plain.blocks:
+        exercises.deepnorm_init(block, beta)
+    for (name, p), q in zip(plain.named_parameters(), scaled.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, msg=name)
+
+
 # ---- every list above, against its checker ------------------------------------------------------------------------
 
 CHECKERS = {  # checker, its plausible wrong answers (each with the words its failure must say), its right answers
@@ -919,6 +964,7 @@ CHECKERS = {  # checker, its plausible wrong answers (each with the words its fa
     "layer_norm_backward": (exercises.check_layer_norm_backward, LAYER_NORM_BACKWARD_WRONG, LAYER_NORM_BACKWARD_RIGHT),
     "Post-LN forward": (exercises.check_post_ln_forward, POST_WRONG, POST_RIGHT),
     "DeepNorm forward": (exercises.check_deepnorm_forward, DEEP_WRONG, DEEP_RIGHT),
+    "DeepNorm init": (exercises.check_deepnorm_init, INIT_WRONG, INIT_RIGHT),
     "rms_norm": (exercises.check_rms_norm, RMS_WRONG, RMS_RIGHT),
     "softcap": (exercises.check_softcap, SOFTCAP_WRONG, SOFTCAP_RIGHT),
     "QK-norm logits": (exercises.check_qk_norm_logits, QK_WRONG, QK_RIGHT),
