@@ -232,6 +232,40 @@ def test_token_spread():
     assert len(profile) == 4 and all(p > 0 for p in profile)
     fig = demo.spread_figure({"Post-LN, no warmup (seed 0)": profile})
     assert fig.layout.yaxis.type == "log" and fig.layout.title.text
+    # two models with the same profile: drawn side by side, not one over the other; ticks name the blocks
+    two = demo.spread_figure({"Post-LN + warmup (seed 0)": profile, "Pre-LN, no warmup (seed 0)": profile})
+    xs = [list(t.x) for t in two.data]
+    assert xs[0] != xs[1] and all(abs(a - b) < 0.5 for a, b in zip(*xs))
+    assert list(two.layout.xaxis.ticktext) == ["0", "1", "2", "logits"]
+    assert len(two.layout.yaxis.title.text) <= 30  # a title that fits beside a 400-pixel plot
+
+
+def test_ablation_removes_each_block_in_turn_and_puts_it_back():
+    model = demo.build_model(3, "pre", seed=0)
+    before = [b for b in model.blocks]
+    losses = demo.ablation_losses(model)
+    assert len(losses) == 4 and list(model.blocks) == before  # whole + one per block; the model is left whole
+    assert demo.ablation_losses(model) == losses  # no state changed
+    # the checks on made-up losses: idle later blocks and an essential block 1 hold; each part can fail
+    assert all(demo.ablation_checks([0.01, 3.0, 0.012, 0.011]).values())
+    assert not all(demo.ablation_checks([0.01, 3.0, 0.05, 0.011]).values())  # block 2 matters
+    assert not all(demo.ablation_checks([0.01, 0.5, 0.012, 0.011]).values())  # block 1 not essential
+    assert not all(demo.ablation_checks([0.01, 3.0, 0.012, 0.011], removable=(1,)).values())
+
+
+def test_radam_checks_and_peak_rate_verdicts():
+    verdicts = {"Post-LN, RAdam, no warmup": "learned", "Post-LN, no warmup": "stuck at chance"}
+    moves = {"Post-LN, RAdam, no warmup": 0.026, "Post-LN, no warmup": 0.27, "Post-LN + warmup": 0.029}
+    assert all(demo.radam_checks(verdicts, moves).values())
+    assert not all(demo.radam_checks({**verdicts, "Post-LN, RAdam, no warmup": "stuck at chance"}, moves).values())
+    assert not all(demo.radam_checks({**verdicts, "Post-LN, no warmup": "partial"}, moves).values())
+    assert not all(demo.radam_checks(verdicts, {**moves, "Post-LN, RAdam, no warmup": 0.12}).values())  # big steps
+    assert not all(demo.radam_checks(verdicts, {**moves, "Post-LN + warmup": 0.01}).values())
+    assert not all(demo.radam_checks(verdicts, moves, "Post-LN, no warmup", "Post-LN, RAdam, no warmup").values())
+    line = "lr 3e-3, warmup 50: partial, loss 1.0700; lr 1e-2, warmup 150: stuck at chance, loss 2.6900"
+    assert demo.peak_rate_runs(line) == (("partial", 1.07), ("stuck at chance", 2.69))
+    assert demo.peak_rate_holds(1.07, 2.69) and not demo.peak_rate_holds(2.69, 1.07)
+    assert not demo.peak_rate_holds(1.5, 2.69)  # better, but not by half
 
 
 def test_the_readers_account_and_its_control():

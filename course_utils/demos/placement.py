@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import torch
 
 from ..evidence import Outcome, Setting, claim_experiment, load_report
+from ..exercises import deepnorm_init
 from ..figures import color, dash, live_figure, marker, static_figure
 from ..norms import positive_number
 from ..panel import Panel, TrainingDemo, choice, register_panel
@@ -32,7 +33,9 @@ __all__ = ["MODEL", "TASK", "POS_STD", "INIT_DEPTHS", "DEEPNORM_KINDS", "deepnor
            "train_config", "step_cost", "race_seconds", "RacePanel", "race_panel", "report_details", "first_step", "steps_to_learn", "race_reach", "readout_logit_rms",
            "readers_measure", "readers_profile", "readers_holds", "stream_checks", "C44_CHECK_DEPTHS", "C44_WIDTHS",
            "c44_width_label", "growth_checks", "readout_checks", "update_checks", "trained_update_holds",
-           "adam_step_holds", "ADAM_SAME_STEP"]
+           "adam_step_holds", "ADAM_SAME_STEP", "early_move", "radam_checks", "ablation_losses", "ablation_checks",
+           "ABLATION_SAME", "PEAK_RATE_RUNS", "peak_rate_runs", "PEAK_RATE_GAP",
+           "peak_rate_holds"]
 
 MODEL = dict(d_model=64, n_heads=4)
 TASK = dict(n_tokens=8, vocab_size=16)
@@ -73,8 +76,7 @@ def build_model(n_layers: int, placement: str, seed: int, final_norm: bool | Non
         model.pos_emb.weight.normal_(0.0, POS_STD, generator=torch.Generator().manual_seed(10_000 + seed))
         if deepnorm in ("both", "beta"):
             for block in model.blocks:  # DeepNet scales v and out, not q and k (those only set attention patterns)
-                for linear in (block.ffn.linear1, block.ffn.linear2, block.attn.v_proj, block.attn.out_proj):
-                    linear.weight.mul_(beta)
+                deepnorm_init(block, beta)
         if emb_scale != 1.0:
             model.tok_emb.weight.mul_(emb_scale)
             model.pos_emb.weight.mul_(emb_scale)
@@ -165,14 +167,21 @@ def spread_profile(model: TinyLM) -> list[float]:
 
 
 def spread_figure(profiles: dict[str, list[float]]) -> go.Figure:
-    """token_spread per block, log scale, one line per trained model (label -> spread_profile)."""
-    fig = static_figure("How different the positions are after each block (trained models)",
+    """token_spread per block, log scale, one line per trained model (label -> spread_profile). Lines that nearly
+    coincide (Post-LN + warmup and Pre-LN both keep the positions apart) are drawn side by side, each a little off
+    its block's tick, so that none hides another."""
+    fig = static_figure("How different the positions are after each block (trained models, log scale)",
                         "after block l (0 = embeddings; last point: the logits)",
-                        "token spread: std across positions / RMS (log scale)", height=380)
+                        "std across positions / RMS", height=400)
+    n = len(profiles)
     for i, (label, values) in enumerate(profiles.items()):
-        names = [str(k) for k in range(len(values) - 1)] + ["logits"]
-        fig.add_scatter(x=names, y=[max(v, 1e-12) for v in values], mode="lines+markers", name=label,
-                        **race_style(label.split(" (seed")[0], i + 2))
+        dodge = (i - (n - 1) / 2) * min(0.08, 0.4 / max(n, 1))
+        fig.add_scatter(x=[k + dodge for k in range(len(values))], y=[max(v, 1e-12) for v in values],
+                        mode="lines+markers", name=label, **race_style(label.split(" (seed")[0], i + 2),
+                        customdata=[str(k) for k in range(len(values) - 1)] + ["logits"],
+                        hovertemplate=f"{label}<br>after %{{customdata}}: %{{y:.3g}}<extra></extra>")
+    width = max((len(v) for v in profiles.values()), default=1)
+    fig.update_xaxes(tickvals=list(range(width)), ticktext=[str(k) for k in range(width - 1)] + ["logits"])
     fig.update_yaxes(type="log")
     return fig
 
@@ -785,6 +794,48 @@ def depth_race_claim(seed, *, n_layers=8, lr=1e-2, warmup=50, steps=100):
                    "; ".join(f"{k}: {v[0]}" for k, v in verdicts.items() if v))
 
 
+PEAK_RATE_RUNS = dict(n_layers=8, steps=200, small_lr=3e-3, long_warmup=150)  # C118's two depth-8 runs
+PEAK_RATE_GAP = 0.5  # the small-rate run ends below this fraction of the long-warmup run's loss
+
+
+@claim_experiment(
+    "C118", statement="At depth 8 (200 steps) a smaller peak learning rate does what a longer warmup does not: with the "
+                      "50-step warmup at lr 3e-3 Post-LN ends at less than half the loss it ends at with lr 1e-2 after "
+                      "a warmup three times as long (150 steps)",
+    figure="final loss / ln 15 (1 = chance) of the run judged the better", kind="training",
+    settings=[Setting("depth 8, 200 steps"),
+              Setting("the two runs swapped (control: the long warmup at lr 1e-2 judged the better)", {"swap": True},
+                      expect=False)])
+def peak_rate_claim(seed, *, swap=False):
+    n, steps = PEAK_RATE_RUNS["n_layers"], PEAK_RATE_RUNS["steps"]
+    small = _trained(RACE[1], n, seed, PEAK_RATE_RUNS["small_lr"], RACE_DEFAULTS["warmup"], steps)[0]
+    long = _trained(RACE[1], n, seed, 1e-2, PEAK_RATE_RUNS["long_warmup"], steps)[0]
+    better, worse = (long, small) if swap else (small, long)
+    return Outcome(peak_rate_holds(better.final("loss"), worse.final("loss")),
+                   better.final("loss") / math.log(TASK["vocab_size"] - 1), peak_rate_detail(small, long))
+
+
+def peak_rate_detail(small: History, long: History) -> str:
+    """C118's detail line for one seed: verdict and final loss of the small-rate and the long-warmup run
+    (peak_rate_runs reads it back)."""
+    return (f"lr 3e-3, warmup 50: {verdict(small)}, loss {small.final('loss'):.4f}; "
+            f"lr 1e-2, warmup 150: {verdict(long)}, loss {long.final('loss'):.4f}")
+
+
+def peak_rate_runs(detail: str) -> tuple[tuple[str, float], tuple[str, float]]:
+    """The (verdict, final loss) of both runs in a C118 detail line (peak_rate_detail): small rate, long warmup."""
+    runs = []
+    for part in detail.split("; ")[:2]:
+        judged, loss = part.split(": ", 1)[1].rsplit(", loss ", 1)
+        runs.append((judged, float(loss)))
+    return runs[0], runs[1]
+
+
+def peak_rate_holds(small_loss: float, long_loss: float) -> bool:
+    """C118 on one seed: the small-rate run's final loss is below PEAK_RATE_GAP x the long-warmup run's."""
+    return small_loss < PEAK_RATE_GAP * long_loss
+
+
 def growth_checks(data: dict, placement: str = "pre") -> dict[str, bool]:
     """C46's checks on init_measurements at depth 24, by name: Post-LN's stream RMS is 1 after every block, and the
     placement tested (Pre-LN in the claim) grows: RMS² linear in depth, slope > 0.3, last RMS > 3x the first."""
@@ -1017,3 +1068,99 @@ def adam_step_claim(seed, *, optimizer="adam"):
     diff = float(((large - small).abs() / small.clamp_min(1e-12)).max())  # what ADAM_SAME_STEP bounds
     return Outcome(adam_step_holds(small, large), diff, f"median step {float(small.median()):.2e} at scale 1, {float(large.median()):.2e} "
                                 f"at scale 1000")
+
+
+def early_move(cfg: RunConfig, n_layers: int, seed: int, lr: float = 1e-2, steps: int = 10,
+               warmup: int = RACE_DEFAULTS["warmup"]) -> float:
+    """How far the first `steps` steps of a race run move a fresh model's weights: |θ - θ₀| / |θ₀| over all
+    parameters (the warmup, if cfg takes one, is `warmup` steps long, of which these are the first)."""
+    start = [p.detach().clone() for p in build_model(n_layers, cfg.placement, seed=seed, final_norm=cfg.final_norm,
+                                                     deepnorm=cfg.deepnorm).parameters()]
+    model = train_config(cfg, n_layers, seed, lr, warmup, steps)[1]
+    with torch.no_grad():
+        moved = sum(float((p - p0).pow(2).sum()) for p, p0 in zip(model.parameters(), start))
+        size = sum(float(p0.pow(2).sum()) for p0 in start)
+    return math.sqrt(moved / size)
+
+
+def radam_checks(verdicts: dict[str, str], moves: dict[str, float], judged: str = RADAM_RACE[1].label,
+                 other: str = RADAM_RACE[0].label, warmed: str = RACE[1].label) -> dict[str, bool]:
+    """C116's checks on one seed of the RAdam race: `judged` leaves chance (verdict not "stuck at chance"), `other`
+    stays there, and `judged`'s first 10 steps (moves: early_move by label, `warmed` included) move the weights less
+    than a third as far as `other`'s and less than twice as far as the warmed-up AdamW's. The control swaps the two."""
+    return {f"{judged}: leaves chance": verdicts[judged] != "stuck at chance",
+            f"{other}: stuck at chance": verdicts[other] == "stuck at chance",
+            f"{judged}: first 10 steps move the weights < 1/3 as far as {other}'s": moves[judged] < moves[other] / 3,
+            f"{judged}: and < 2x as far as {warmed}'s": moves[judged] < 2 * moves[warmed]}
+
+
+@claim_experiment(
+    "C116", statement="Post-LN without warmup (copy task, depth 4, lr 1e-2, 100 steps): trained with RAdam in place of "
+                      "AdamW it leaves chance, where AdamW stays at chance; RAdam's first 10 steps move the weights "
+                      "less than a third as far as AdamW's, and less than twice as far as AdamW's with the 50-step "
+                      "warmup: RAdam starts with small steps, as a warmup does",
+    figure="final loss / ln 15 (1 = chance) of the arm judged to leave chance", kind="training",
+    settings=[Setting("depth 4, RAdam judged"),
+              Setting("the two arms swapped (control: AdamW judged to leave chance)",
+                      {"judged": RADAM_RACE[0].label, "other": RADAM_RACE[1].label}, expect=False),
+              Setting("depth 8 (limit: RAdam stays at chance there, as the 50-step warmup does)", {"n_layers": 8},
+                      expect=False)])
+def radam_claim(seed, *, n_layers=4, lr=1e-2, steps=100, judged=RADAM_RACE[1].label, other=RADAM_RACE[0].label):
+    arms = {c.label: c for c in RADAM_RACE}
+    warmup = RACE_DEFAULTS["warmup"]  # the race's key (C45 trains the same AdamW arm): these arms take no warmup
+    histories = {label: _trained(cfg, n_layers, seed, lr, warmup, steps)[0] for label, cfg in arms.items()}
+    verdicts = {label: verdict(h) for label, h in histories.items()}
+    moves = {c.label: early_move(c, n_layers, seed, lr) for c in (*RADAM_RACE, RACE[1])}
+    return Outcome.of_checks(radam_checks(verdicts, moves, judged, other),
+                             histories[judged].final("loss") / math.log(TASK["vocab_size"] - 1),
+                             "; ".join(f"{k}: {verdicts.get(k, 'not run')}, first 10 steps moved {v:.3f}"
+                                       for k, v in moves.items()))
+
+
+def ablation_losses(model: TinyLM) -> list[float]:
+    """The copy-task loss of a trained model on the probe batch (SPREAD_PROBE_SEED): whole, then with each block
+    removed in turn (the stream goes from the block before straight to the one after); n_layers + 1 losses, the
+    k-th with block k removed."""
+    idx, targets, mask = copy_task_batch(64, generator=torch.Generator().manual_seed(SPREAD_PROBE_SEED), **TASK)
+    kept, losses = model.blocks, []
+    with torch.no_grad():
+        for removed in [None, *range(len(kept))]:
+            try:
+                model.blocks = torch.nn.ModuleList(b for i, b in enumerate(kept) if i != removed)
+                losses.append(float(masked_loss_and_accuracy(model(idx), targets, mask)[0]))
+            finally:
+                model.blocks = kept
+    return losses
+
+
+ABLATION_SAME = 0.01  # nats: removing a block that raises the loss by less than this took nothing the task needs
+
+
+def ablation_checks(losses: Sequence[float], removable: Sequence[int] | None = None) -> dict[str, bool]:
+    """C117's checks on ablation_losses: removing any one of the `removable` blocks (numbered from 1; default: 2
+    to the last) raises the loss by less than ABLATION_SAME, and removing block 1 raises it by more than 1 nat."""
+    removable = list(range(2, len(losses))) if removable is None else list(removable)
+    rise = max(losses[b] - losses[0] for b in removable)
+    return {f"removing any of blocks {removable[0]}-{removable[-1]}: loss up < {ABLATION_SAME} nats"
+            if len(removable) > 1 else f"removing block {removable[0]}: loss up < {ABLATION_SAME} nats":
+                rise < ABLATION_SAME,
+            "removing block 1: loss up > 1 nat": losses[1] - losses[0] > 1.0}
+
+
+@claim_experiment(
+    "C117", statement="In the trained Pre-LN race models (copy task, lr 1e-2, 100 steps) any one of blocks 2 to the "
+                      f"last can be removed, raising the loss by < {ABLATION_SAME} nats, while removing block 1 "
+                      "raises it by > 1 nat: one block does the copying and the later ones are idle",
+    figure="the largest rise of the loss (nats) over the blocks judged removable", kind="training",
+    settings=[Setting("Pre-LN, depth 4 (the race)"), Setting("Pre-LN, depth 8", {"n_layers": 8}),
+              Setting("Post-LN + warmup, depth 4 (control: its later blocks cannot be removed for free)",
+                      {"arm": RACE[1].label}, expect=False),
+              Setting("Pre-LN, depth 4, block 1 judged removable (control)", {"removable": (1,)}, expect=False)])
+def ablation_claim(seed, *, n_layers=4, arm=RACE[2].label, removable=None):
+    cfg = next(c for c in RACE if c.label == arm)
+    history, model = _trained(cfg, n_layers, seed, 1e-2, RACE_DEFAULTS["warmup"], 100)
+    losses = ablation_losses(model)
+    judged = list(range(2, len(losses))) if removable is None else list(removable)
+    return Outcome.of_checks(ablation_checks(losses, judged), max(losses[b] - losses[0] for b in judged),
+                             f"{verdict(history)}; loss whole {losses[0]:.3f}, without block 1..{n_layers}: "
+                             + ", ".join(f"{v:.3f}" for v in losses[1:]))

@@ -128,23 +128,35 @@ def micro_measure(seed: int = 0) -> tuple[BenchResult, list[float]]:
     return normbench.quietest(lambda: normbench.run(normbench.micro_variants(), **MICRO, seed=seed))
 
 
-def micro_checks(ratios: dict[str, float], extra: str = "two ops", inside: str = "more arithmetic") -> dict[str, bool]:
-    """C78's checks on micro_ratios, orderings and a floor that any machine shows: the `extra` variant (two passes
-    more) takes more than PASS_COST x the fused op, and more than the `inside` variant (more arithmetic in the same
-    two passes). The control swaps the two: extra arithmetic judged as if it were the extra passes."""
-    return {f"{extra}: over {PASS_COST}x the fused op": ratios[extra] > PASS_COST,
-            f"{extra} slower than {inside}": ratios[extra] > ratios[inside]}
+def vectorized_kernels() -> bool:
+    """Whether PyTorch runs its vectorised CPU kernels (AVX2, AVX-512, ...), not its portable set ("DEFAULT": a CPU
+    without AVX, some ARM laptops, or ATEN_CPU_CAPABILITY=default), where elementwise arithmetic is slow."""
+    return torch.backends.cpu.get_cpu_capability() != "DEFAULT"
+
+
+def micro_checks(ratios: dict[str, float], extra: str = "two ops", inside: str = "more arithmetic",
+                 vectorized: bool | None = None) -> dict[str, bool]:
+    """C78's checks on micro_ratios: the `extra` variant (two passes more) takes more than PASS_COST x the fused op,
+    a floor any kernels clear; and, with vectorised kernels, more than the `inside` variant (more arithmetic in the
+    same two passes). With PyTorch's portable kernels that order is not asserted: there a multiplication more can
+    cost as much as two passes more (a CI machine measured 1+2x² at 1.65x, the two ops at 1.58x). `vectorized`
+    defaults to what this process runs (vectorized_kernels)."""
+    vectorized = vectorized_kernels() if vectorized is None else vectorized
+    checks = {f"{extra}: over {PASS_COST}x the fused op": ratios[extra] > PASS_COST}
+    if vectorized:
+        checks[f"{extra} slower than {inside}"] = ratios[extra] > ratios[inside]
+    return checks
 
 
 @claim_experiment(
-    "C78", statement="An extra full-tensor pass costs more than extra arithmetic inside the passes already made: x*2+1 "
-                     f"as two ops (4 passes) takes more than {PASS_COST}x the time of one fused op (2 passes), and "
-                     "more than 1+2x² fused (more arithmetic, the same 2 passes)",
+    "C78", statement="An extra full-tensor pass costs: x*2+1 as two ops (4 passes) takes more than "
+                     f"{PASS_COST}x the time of one fused op (2 passes), on any kernels; and, with PyTorch's "
+                     "vectorised kernels, more than 1+2x² fused (more arithmetic, the same 2 passes)",
     figure="time of the variant judged as the slower / time of x*2+1 as one fused op",
     kind="timed",
     settings=[Setting("x*2+1 as two ops: two passes more"),
-              Setting("control: 1+2x² fused judged as the slower (more arithmetic, no extra pass)",
-                      {"extra": "more arithmetic", "inside": "two ops"}, expect=False)])
+              Setting("control: the copy judged as the slower (the same 2 passes, no arithmetic)",
+                      {"extra": "copy"}, expect=False)])
 def micro_claim(seed, *, extra="two ops", inside="more arithmetic"):
     ratios = micro_ratios(micro_measure(seed)[0])
     return Outcome.of_checks(micro_checks(ratios, extra, inside), ratios[extra],
