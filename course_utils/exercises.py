@@ -812,6 +812,11 @@ def _post_ln_mistakes(b: TransformerBlock) -> list[Mistake]:
          lambda x: n2(n1(x + a(x)) + f(x))),
         ("the residual connections are missing: norm(x + F(x))", lambda x: n2(f(n1(a(x))))),
         ("the output goes through a norm once more", lambda x: n2(_chain(x, (a, n1), (f, n2)))),
+        ("only the FFN's sum is normalized; Post-LN normalizes after each residual sum, twice per block: "
+         "h = norm1(x + attn(x)), then norm2(h + ffn(h))", lambda x: (lambda h: n2(h + f(h)))(x + a(x))),
+        ("the sublayers read a normalized copy too (norm1(x + attn(norm1(x)))): in Post-LN a sublayer reads the "
+         "stream as it is and only the sum is normalized",
+         lambda x: (lambda h: n2(h + f(n2(h))))(n1(x + a(n1(x))))),
     ]
 
 
@@ -854,6 +859,9 @@ def _deepnorm_mistakes(b: TransformerBlock, alpha: float) -> list[Mistake]:
          lambda x: one_sided(x, 1.0, alpha)),
         ("α multiplies the norm's output; it belongs inside the norm, on the residual: norm(α·x + F(x))",
          lambda x: (lambda h: alpha * n2(h + f(h)))(alpha * n1(x + a(x)))),
+        ("α multiplies the attention sublayer's normalized output and the FFN gets no α; DeepNorm scales the "
+         "residual inside each norm: norm(α·x + F(x)), in both sublayers",
+         lambda x: (lambda h: n2(h + f(h)))(alpha * n1(x + a(x)))),
         ("this is a Pre-LN update with α; DeepNorm keeps Post-LN's placement: norm(α·x + F(x))",
          lambda x: (lambda h: alpha * h + f(n2(h)))(alpha * x + a(n1(x)))),
         ("this divides the sublayer's output by α: norm(x + F(x)/α) equals norm(α·x + F(x)) only without the norm's "
@@ -936,12 +944,20 @@ def check_deepnorm_init(fn: Callable[[TransformerBlock, float], object]) -> Chec
         beta = (8 * n_layers) ** -0.25
         block = _hidden_block(norm, seed, "post")
         before = {n: q.detach().clone() for n, q in block.named_parameters()}
+        objects = dict(block.named_parameters())
         got, failed = call_learner(name, fn, block, beta)
         if failed is not None:
             report.cases.append(failed)
             continue
         if isinstance(got, TransformerBlock) and got is not block:
             block = got  # an answer may return a scaled copy instead of scaling in place
+        else:
+            replaced = [n for n, q in block.named_parameters() if q is not objects.get(n)]
+            if replaced:
+                report.cases.append(CaseResult(name, False, (
+                    f"{replaced[0]} was replaced by a new Parameter: scale it in place (p.mul_(beta) under "
+                    "torch.no_grad()), so that an optimizer made before still updates the same tensor")))
+                continue
         params = dict(block.named_parameters())
         problems = [q for n in before if (q := _init_problem(n, before[n], params[n].detach(), beta))]
         if problems:

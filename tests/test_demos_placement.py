@@ -376,3 +376,11 @@ def test_c44_records_other_widths_without_claiming_them():
 
     outcome = exp.function(seed=0, measure_at_init=rising, d_model=32, claimed=False)
     assert not outcome.holds and outcome.detail.startswith("not claimed")
+
+
+def test_report_verdicts_read_one_arm_of_a_committed_report():
+    label = demo.report_labels("C45")[0]
+    verdicts = demo.report_verdicts("C45", label, "Post-LN, no warmup")
+    assert len(verdicts) == 6 and set(verdicts) <= {"learned", "partial", "stuck at chance"}
+    assert demo.report_verdicts("C45", label, "no such arm") == []
+    assert demo.report_verdicts("C45", "no such setting", "Post-LN, no warmup") == []

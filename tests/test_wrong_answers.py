@@ -754,6 +754,11 @@ POST_WRONG = {
     "FFN on the block input": (lambda b, x: b.norm2(b.norm1(x + b.attn(x)) + b.ffn(x)), "acts on the block's input"),
     "no residuals": (lambda b, x: b.norm2(b.ffn(b.norm1(b.attn(x)))), "residual connections are missing"),
     "a norm once more": (lambda b, x: b.norm2(_post(b, x)), "once more"),
+    "one norm, at the end of the block": (lambda b, x: (lambda h: b.norm2(h + b.ffn(h)))(x + b.attn(x)),
+                                          "twice per block"),
+    "the sublayers read a normalized copy as well": (
+        lambda b, x: (lambda h: b.norm2(h + b.ffn(b.norm2(h))))(b.norm1(x + b.attn(b.norm1(x)))),
+        "read a normalized copy too"),
     "the block called": (lambda b, x: b(x), POST_CALLED),
     "placement flipped, the block called, placement restored": (_flip_and_call, POST_CALLED),
     "placement flipped, the block called, left flipped": (_flip_and_leave, POST_CALLED),
@@ -826,6 +831,8 @@ DEEP_WRONG = {
     "alpha on attention only": (_deep_attention_only, "attention sublayer only"),
     "alpha on the FFN only": (_deep_ffn_only, "FFN sublayer only"),
     "alpha after the norm": (_deep_after_norm, "multiplies the norm's output"),
+    "alpha after the first norm only, none in the FFN": (
+        lambda b, x, a: (lambda h: b.norm2(h + b.ffn(h)))(a * b.norm1(x + b.attn(x))), "normalized output"),
     "Pre-LN with alpha": (_deep_pre, "Pre-LN update with α"),
     "alpha forgotten (Post-LN)": (lambda b, x, a: _post(b, x), "α is missing"),
     "alpha squared": (lambda b, x, a: _deep(b, x, a * a), "α²"),
@@ -934,6 +941,10 @@ INIT_WRONG = {
         lambda b, beta: (lambda c: (_scale(c, beta ** 0.5, exercises.DEEPNORM_SCALED), c)[1])(copy.deepcopy(b)),
         "not β times"),
     "nothing done": (lambda b, beta: b, "is not scaled"),
+    "new Parameters in place of the weights": (
+        lambda b, beta: [setattr(lin, "weight", torch.nn.Parameter(lin.weight.detach() * beta))
+                         for lin in (b.ffn.linear1, b.ffn.linear2, b.attn.v_proj, b.attn.out_proj)],
+        "replaced by a new Parameter"),
 }
 INIT_RIGHT = {
     "named parameters": exercises.deepnorm_init,
