@@ -1264,7 +1264,26 @@ def _qk_mistakes(eps: float) -> list[Mistake]:
                                      norm=lambda x, w, e, dim: w * x / (x.pow(2).mean(dim, keepdim=True).sqrt() + e))),
         ("the softmax is applied: return the logits, before the softmax",
          lambda q, k, wq, wk: torch.softmax(logits(q, k, d(q) ** -0.5, wq=wq, wk=wk), -1)),
+        ("the scale is 1/√8 whatever the head size: use 1/√d_head, with d_head = q.shape[-1]",
+         lambda q, k, wq, wk: logits(q, k, 8 ** -0.5, wq=wq, wk=wk)),
+        ("the square of the mean is used; the RMS is the root of the mean of the squares: sqrt(mean(x²) + ε)",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, wq=wq, wk=wk, norm=lambda x, w, e, dim: w * x / torch.sqrt(
+             x.mean(dim, keepdim=True).pow(2) + e))),
+        ("each gain is applied twice (γ²): multiply the normalized queries by γ_q once, the keys by γ_k once",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, wq=wq * wq, wk=wk * wk)),
+        ("q and k are normalized over the heads (dim 1); QK-norm normalizes each head's query and key over d_head, "
+         "the last dimension", lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, dim=-3, wq=wq, wk=wk)),
+        ("the RMS is taken over all heads together, one per token (OLMo 2's QK-norm, over d_model before the heads "
+         "split); this exercise normalizes each head over d_head (dim=-1)",
+         lambda q, k, wq, wk: logits(q, k, d(q) ** -0.5, dim=(-3, -1), wq=wq, wk=wk)),
     ]
+
+
+def _qk_fixed_eps(eps: float) -> list[Mistake]:
+    """An ε written into the code instead of the eps argument (the usual defaults), on a case whose eps differs."""
+    return [(f"ε is fixed at {fixed:g} in your code; use the eps argument (this case passes eps = {eps:g})",
+             lambda q, k, wq, wk, fixed=fixed: _qk_reference(q, k, wq, wk, fixed))
+            for fixed in (1e-6, 1e-5, 1e-8) if fixed != eps]
 
 
 QK_TRANSPOSE = ("the product q̂ k̂ᵀ needs the keys' last two dimensions swapped: k.transpose(-2, -1) (k.T reverses "
@@ -1289,11 +1308,17 @@ def check_qk_norm_logits(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float], T
               False),
              ("tiny q and k (1e-4), eps = 1e-6 matters", [q * 1e-4, k * 1e-4, *gains(8)], 1e-6, 1e-4, False),
              ("float64", [q.double(), k.double(), *gains(8, torch.float64)], 1e-6, 1e-10, False),
-             ("gradients through autograd", [q.double(), k.double(), *gains(8, torch.float64)], 1e-6, 1e-8, True)]
+             ("gradients through autograd", [q.double(), k.double(), *gains(8, torch.float64)], 1e-6, 1e-8, True),
+             ("(batch 1, heads 2, tokens 3, d_head 16)", [torch.randn(1, 2, 3, 16, generator=g),
+                                                          torch.randn(1, 2, 3, 16, generator=g), *gains(16)],
+              1e-6, 1e-5, False),
+             ("d_head 4, small q and k, eps = 1e-2", [0.05 * torch.randn(2, 5, 4, generator=g),
+                                                     0.05 * torch.randn(2, 5, 4, generator=g), *gains(4)],
+              1e-2, 1e-5, False)]
     for name, inputs, eps, tol, grad in cases:
         report.cases.append(run_case(name, lambda a, b, wq, wk, eps=eps: fn(a, b, wq, wk, eps),
                                      lambda a, b, wq, wk, eps=eps: _qk_reference(a, b, wq, wk, eps),
-                                     inputs, tol, grad, mistakes=_qk_mistakes(eps),
+                                     inputs, tol, grad, mistakes=_qk_mistakes(eps) + _qk_fixed_eps(eps),
                                      arg_names=["q", "k", "weight_q", "weight_k"]))
     for case in report.cases:  # q @ k without the transpose, or k.T on a batched tensor
         if case.detail.startswith("raised") and ("cannot be multiplied" in case.detail or BROADCAST in case.detail):

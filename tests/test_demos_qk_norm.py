@@ -243,3 +243,17 @@ def test_the_control_and_sweep_outcomes_reject_plausible_wrong_runs():
                for lr in demo.SWEEP_LRS}
     assert trained == {lr: list(c) for lr, c in demo.SWEEP_TRAINED.items()}
     assert set(demo.SWEEP_TRAINED) == set(demo.SWEEP_LRS) and demo.CAP_MARGIN_LR in demo.SWEEP_LRS
+
+
+def test_the_softcap_panel_says_what_happened_to_the_ranking():
+    """At a cap small against the logits tanh ties neighbours in float64 (never swaps them): the panel says so and
+    no longer says the order is unchanged; at Gemma 2's cap the order is kept."""
+    z = demo.next_token_logits(20.0)
+    assert "unchanged: yes" in demo.ranking_note(z, 30.0 * torch.tanh(z / 30.0), 30.0)
+    big = demo.next_token_logits(120.0)
+    note = demo.ranking_note(big, 2.0 * torch.tanh(big / 2.0), 2.0)
+    assert "unchanged" not in note and "tie" in note and "No pair is swapped" in note
+    assert "swapped" in demo.ranking_note(torch.tensor([3.0, 2.0, 1.0]), torch.tensor([1.0, 2.0, 0.5]), 1.0)
+    panel = demo.softcap_panel(lambda x, cap: cap * torch.tanh(x / cap))
+    panel.set(cap=2.0, top_logit=120.0)
+    assert "tie" in panel.outputs[0].value and "unchanged: yes" not in panel.outputs[0].value

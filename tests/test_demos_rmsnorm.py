@@ -79,6 +79,12 @@ def test_the_quality_test_fails_without_a_norm():
     assert rms_demo.learns_like_layernorm(rms, layer)
     assert not rms_demo.learns_like_layernorm(none, layer) and rms_demo.failed(none)
     assert not rms_demo.learns_like_layernorm(rms_demo.History(loss=[float("nan")] * 3), layer)
+    # one-sided on speed: a candidate that learns faster passes, one that learns slower does not
+    faster = rms_demo.History(loss=[min(v, layer.final()) * 0.5 for v in layer.loss])
+    slower = rms_demo.History(loss=[v + 0.3 for v in layer.loss[:-20]] + layer.loss[-20:])
+    assert rms_demo.mean_loss(faster) < rms_demo.mean_loss(layer) - rms_demo.SAME_SPEED
+    assert rms_demo.learns_like_layernorm(faster, layer)
+    assert not rms_demo.learns_like_layernorm(slower, layer)
 
 
 def test_centring_fold_is_exact_for_pre_ln_only():

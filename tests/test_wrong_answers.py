@@ -601,6 +601,17 @@ def _qk_eps_outside(q, k, wq, wk, eps):
     return n(q, wq) @ n(k, wk).transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
+def _qk_joint_heads(q, k, wq, wk, eps):
+    """OLMo 2's QK-norm: one RMS per token over every head's features (d_model), then the heads split again."""
+    def joint(x, w):
+        if x.dim() < 4:
+            return _rms_g(x, w, eps)
+        b, h, t, d = x.shape
+        flat = x.transpose(1, 2).reshape(b, t, h * d)
+        return (flat / torch.sqrt(flat.pow(2).mean(-1, keepdim=True) + eps)).reshape(b, t, h, d).transpose(1, 2) * w
+    return joint(q, wq) @ joint(k, wk).transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
 QK_WRONG = {
     "no 1/sqrt(d)": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, scale=lambda d: 1.0), "1/√d_head is missing"),
     "divided by d": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, scale=lambda d: 1 / d), "divided by d_head"),
@@ -630,6 +641,16 @@ QK_WRONG = {
     "gamma_k for both": (lambda q, k, wq, wk, eps: _qk(q, k, wk, wk, eps), "γ_k is used for the queries too"),
     "RMS over tokens and features": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, dim=(-2, -1)),
                                      "over the tokens and the features together"),
+    "1/sqrt(8) written in": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, scale=lambda d: 8 ** -0.5),
+                             "1/√8 whatever the head size"),
+    "square of the mean": (lambda q, k, wq, wk, eps: (lambda n: n(q, wq) @ n(k, wk).transpose(-2, -1)
+                                                      / math.sqrt(q.shape[-1]))(
+        lambda x, w: w * x / torch.sqrt(x.mean(-1, keepdim=True).pow(2) + eps)), "square of the mean"),
+    "gains twice": (lambda q, k, wq, wk, eps: _qk(q, k, wq * wq, wk * wk, eps), "applied twice"),
+    "mean over dim 1 (the heads of a 4-d q)": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, dim=1),
+                                               "over the heads"),
+    "one RMS over all heads (OLMo 2)": (_qk_joint_heads, "all heads together"),
+    "eps fixed at 1e-6": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, 1e-6), "ε is fixed at 1e-06"),
 }
 QK_RIGHT = {
     "from the parts": _qk,

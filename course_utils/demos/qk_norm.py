@@ -36,7 +36,7 @@ from ..transformer import TinyLM, softcap
 __all__ = [
     "QK_NORM_PEAK", "CONTROL_PEAK", "ONE_HOT", "saturation_checks", "learns_at_sane_lr", "SWEEP_TRAINED", "CAP_MARGIN_LR", "SOFTCAP_EDGE_CAP",
     "GEMMA2_ATTN_CAP", "GEMMA2_FINAL_CAP", "RECIPE", "CONDITIONS", "LAB_CONDITIONS",
-    "probe_qk", "row_entropy", "softmax_jacobian_norm", "attention_panel", "next_token_logits", "softcap_panel",
+    "ranking_note", "probe_qk", "row_entropy", "softmax_jacobian_norm", "attention_panel", "next_token_logits", "softcap_panel",
     "make_model", "train_with_recipe", "logit_growth_figure", "live_callback", "draw_history", "attention_saturation",
     "qk_gain_bound", "TrainingLab", "training_panel",
 ]
@@ -233,6 +233,22 @@ def next_token_logits(top_logit: float, vocab_size: int = 1000, seed: int = 0) -
     return z * (top_logit / z.max())
 
 
+def ranking_note(z: Tensor, capped: Tensor, cap: float) -> str:
+    """What the cap did to the order of the logits z (capped = softcap(z, cap)), in words: kept, or merged where
+    tanh is so flat that neighbouring logits round to the same value."""
+    steps = capped[torch.argsort(z, descending=True, stable=True)].diff()  # <= 0 where the order is kept
+    ties, swaps = int((steps == 0).sum()), int((steps > 0).sum())
+    if not ties and not swaps:
+        return f"Ranking of all {len(z)} tokens unchanged: yes (tanh is increasing)."
+    top = int((capped == capped.max()).sum())
+    where = (f"the top {top} tokens now tie at {float(capped.max()):.6g}, so greedy decoding depends on how a tie "
+             "is broken" if top > 1 else "the top token still comes first")
+    swapped = "No pair is swapped." if not swaps else f"{swaps} neighbouring pairs are swapped."
+    return (f"Ranking of all {len(z)} tokens: {ties} neighbouring pairs now tie. tanh is increasing, but at "
+            f"x / cap up to {float(z.abs().max()) / cap:.0f} it is so flat that {str(capped.dtype)[6:]} rounds "
+            f"neighbouring logits to the same value: {where}. {swapped}")
+
+
 @register_panel()
 def softcap_panel(softcap_logits: Callable[[Tensor, float], Tensor], top_k: int = 8) -> Panel:
     """Pick a cap and how large the logits are: the cap curve, and next-token probabilities before and after it.
@@ -280,12 +296,10 @@ def softcap_panel(softcap_logits: Callable[[Tensor, float], Tensor], top_k: int 
             top_points.update(x=z[top].tolist(), y=capped[top].tolist())
             raw_bars.update(x=labels, y=p[top].tolist())
             capped_bars.update(x=labels, y=p_cap[top].tolist())
-        same_order = bool(torch.equal(torch.argsort(capped, descending=True), order))
         kl = float((p * (p.clamp_min(1e-300).log() - p_cap.clamp_min(1e-300).log())).sum())
         readout.value = (f"Largest logit {float(z.max()):.1f} → {float(capped.max()):.2f} after the cap; "
                          f"top-1 probability {float(p.max()):.3f} → {float(p_cap.max()):.3f}; "
-                         f"KL(raw ‖ capped) = {kl:.3g} nats. Ranking of all {len(z)} tokens unchanged: "
-                         f"{'yes' if same_order else 'NO'} (tanh is increasing, so greedy decoding never changes).")
+                         f"KL(raw ‖ capped) = {kl:.3g} nats. " + ranking_note(z, capped, cap))
 
     return Panel(controls, [readout, fig], update,
                  title="Soft-capping: pick a cap and a logit size")
