@@ -378,6 +378,22 @@ def test_score_summary_tallies_the_session(capsys):
     assert rows["chapter_2_4"].points == 8 and rows["05_rmsnorm"].correct == 1
     assert rows["interview"].correct is None and rows["interview"].answered == 1
     assert "2/8" in repr(summary) and "<table>" in summary._repr_html_()
+    total = summary.total  # the scored quizzes' points summed; answers of every quiz
+    assert total.answered == sum(r.answered for r in summary.rows) and total.score == 2 + rows["05_rmsnorm"].score
+    assert total.points == 8 + rows["05_rmsnorm"].points and total.correct == 3
+    assert repr(summary).splitlines()[-1].startswith("total") and "<td>total</td>" in summary._repr_html_()
+
+
+def test_a_right_answer_after_the_answer_was_shown_is_not_counted_correct():
+    view = load_quiz("chapter_2_4").show()
+    q1 = view.controls["q1"]
+    q1.input.value = "a"
+    q1.check.click()  # wrong: the form offers to show the answer
+    q1.reveal.click()
+    q1.input.value = "b"
+    q1.check.click()
+    (row,) = score_summary().rows
+    assert (row.answered, row.correct, row.score) == (1, 0, 0) and score_summary().total is None
 
 
 def test_markdown_keeps_latex_and_escapes_html():

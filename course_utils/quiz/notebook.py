@@ -57,9 +57,23 @@ class ScoreSummary:
     """What this kernel session has answered, per quiz; displays as a table."""
     rows: tuple[SummaryRow, ...]
 
+    @property
+    def total(self) -> SummaryRow | None:
+        """The rows summed (None with fewer than two): items and answers of every quiz; correct answers and points of
+        the scored ones (None when no quiz here is scored)."""
+        if len(self.rows) < 2:
+            return None
+        scored = [r for r in self.rows if r.score is not None]
+        return SummaryRow(quiz="total", title="", items=sum(r.items for r in self.rows),
+                          answered=sum(r.answered for r in self.rows),
+                          correct=sum(r.correct for r in scored) if scored else None,
+                          score=sum(r.score for r in scored) if scored else None,
+                          points=sum(r.points for r in scored) if scored else None)
+
     def _cells(self) -> list[tuple[str, ...]]:
+        rows = [*self.rows, *([self.total] if self.total else [])]
         return [(r.quiz, f"{r.answered}/{r.items}", "—" if r.correct is None else str(r.correct),
-                 "—" if r.score is None else f"{_fmt(r.score)}/{_fmt(r.points)}") for r in self.rows]
+                 "—" if r.score is None else f"{_fmt(r.score)}/{_fmt(r.points)}") for r in rows]
 
     def __repr__(self) -> str:
         if not self.rows:
@@ -167,7 +181,8 @@ def reveal(ref: str) -> Reveal:
 
 def score_summary() -> ScoreSummary:
     """Per quiz answered in this kernel session: items answered, correct, and points (open items and keyless quizzes
-    count answers only)."""
+    count answers only); a right answer given after the practice form showed it counts as neither correct nor points.
+    With two quizzes or more the table ends with their total."""
     rows = []
     for name in dict.fromkeys(ref.partition(".")[0] for ref in _SESSION):
         quiz = load_quiz(name)
@@ -175,7 +190,7 @@ def score_summary() -> ScoreSummary:
         scored = quiz.points > 0 and not quiz.keyless
         rows.append(SummaryRow(
             quiz=name, title=quiz.title, items=len(quiz.questions), answered=sum(r.answered for r in results),
-            correct=sum(r.correct for r in results) if scored else None,
+            correct=sum(r.correct and r.ref not in _SHOWN for r in results) if scored else None,
             score=sum(r.score for r in results) if scored else None, points=quiz.points if scored else None))
     return ScoreSummary(rows=tuple(rows))
 
