@@ -30,7 +30,8 @@ __all__ = ["CaseResult", "CheckReport", "call_learner", "run_case", "teaching", 
            "check_layer_norm_jacobian", "check_layer_norm_backward", "check_rms_norm",
            "check_masked_batch_stats", "check_post_ln_forward", "check_deepnorm_forward", "check_deepnorm_init",
            "deepnorm_init", "DEEPNORM_SCALED", "depth_scaled_gain",
-           "check_depth_scaled_gain", "check_residual_stack", "check_softcap", "check_qk_norm_logits", "check_mean_pool"]
+           "check_depth_scaled_gain", "check_residual_stack", "check_softcap", "check_attention_probs", "check_qk_norm_logits", "check_mean_pool",
+           "check_find_spike"]
 
 
 @dataclass
@@ -281,7 +282,7 @@ def _norm_cases(with_bias: bool) -> list[tuple[str, list[Tensor], float, float, 
 
     x = torch.randn(4, 6, 16, generator=g)
     lead = [] if with_bias else [(TINY_RMS, [torch.randn(2, 8, generator=g) * 1e-3, *params(8)], 1e-5, 1e-4, False)]
-    return lead + [
+    cases = lead + [
         ("one token, d=8", [torch.randn(8, generator=g), *params(8)], 1e-5, 1e-5, False),
         ("batch (4, 6, 16)", [x, *params(16)], 1e-5, 1e-5, False),
         ("d = 1", [torch.randn(3, 1, generator=g), *params(1)], 1e-5, 1e-5, False),
@@ -291,6 +292,10 @@ def _norm_cases(with_bias: bool) -> list[tuple[str, list[Tensor], float, float, 
         ("float64", [x.double(), *params(16, torch.float64)], 1e-5, 1e-10, False),
         ("gradients through autograd", [x.double(), *params(16, torch.float64)], 1e-5, 1e-8, True),
     ]
+    if not with_bias:  # drawn last, so the cases above keep their numbers: an odd width under three leading dims
+        cases.append(("odd width, leading dims (2, 3, 5, 7)", [torch.randn(2, 3, 5, 7, generator=g), *params(7)],
+                      1e-5, 1e-5, False))
+    return cases
 
 
 def _hat(x: Tensor, eps: float, correction: int = 0, dim=-1) -> tuple[Tensor, Tensor]:
@@ -505,8 +510,13 @@ RMS_NORM_MISTAKES: list[Mistake] = [
      lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w),
     ("ε is missing: x / sqrt(mean(x²) + ε)", lambda x, w, eps: _rms_of(x, 0.0) * w),
     ("ε is squared: x / sqrt(mean(x²) + ε), with ε as given", lambda x, w, eps: _rms_of(x, eps * eps) * w),
-    ("ε is not the one given: F.rms_norm and nn.RMSNorm with eps=None (their default) use the dtype's machine "
-     "epsilon, about 1.2e-7 in float32; pass eps", lambda x, w, eps: _rms_of(x, torch.finfo(x.dtype).eps) * w),
+    ("ε is not the one given: use the eps argument, not a number typed in (such as 1e-5); F.rms_norm and nn.RMSNorm "
+     "with eps=None (their default) use the dtype's machine epsilon, about 1.2e-7 in float32; pass eps",
+     lambda x, w, eps: _rms_of(x, torch.finfo(x.dtype).eps) * w),
+    ("this divides by the root of the mean of x, not of the mean of its squares: square first, sqrt(mean(x²) + ε)",
+     lambda x, w, eps: x / torch.sqrt(x.mean(-1, keepdim=True) + eps) * w),
+    ("γ is applied twice: multiply the normalized x by γ once, γ ⊙ x / RMS(x)",
+     lambda x, w, eps: _rms_of(x, eps) * w * w),
     ("the mean is subtracted: that is LayerNorm without β. RMSNorm does not re-center; it divides x itself by its RMS",
      lambda x, w, eps: _standardized(x, eps) * w),
     ("x is divided by σ, its spread about the mean, not by its RMS: RMS(x) = sqrt(mean(x²)), no mean subtracted",
@@ -1286,6 +1296,80 @@ def _qk_fixed_eps(eps: float) -> list[Mistake]:
             for fixed in (1e-6, 1e-5, 1e-8) if fixed != eps]
 
 
+ATTENTION_LIBRARY: dict[Callable, str] = {F.scaled_dot_product_attention: "F.scaled_dot_product_attention"}
+"""The library attention the scaled dot-product exercise may not call (it would also hide the weights)."""
+ATTENTION_PAIR = "return two tensors, (weights, logits), each (..., n_q, n_k)"
+
+
+def _attention_reference(q: Tensor, k: Tensor) -> Tensor:
+    logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.stack([logits.softmax(-1), logits])
+
+
+def _attention_mistakes(d_head: int) -> list[Mistake]:
+    def pair(logits, dim=-1):
+        return torch.stack([logits.softmax(dim), logits])
+
+    def dot(q, k):
+        return q @ k.transpose(-2, -1)
+
+    return [
+        ("the 1/√d is missing: divide q kᵀ by √d, with d = q.shape[-1], or the logits grow with the head size",
+         lambda q, k: pair(dot(q, k))),
+        ("the logits are divided by d; the scaling is 1/√d", lambda q, k: pair(dot(q, k) / q.shape[-1])),
+        ("the softmax runs over the queries (dim −2); each query's weights over the keys sum to 1: softmax(dim=-1)",
+         lambda q, k: pair(dot(q, k) / math.sqrt(q.shape[-1]), dim=-2)),
+        ("the weights and the logits are swapped: return (weights, logits), the softmax first",
+         lambda q, k: _attention_reference(q, k).flip(0)),
+        ("the logits are scaled after the softmax: scale q kᵀ by 1/√d first, then take the softmax of the result",
+         lambda q, k: torch.stack([dot(q, k).softmax(-1), dot(q, k) / math.sqrt(q.shape[-1])])),
+        *[(f"√d is fixed at √{fixed} in your code; use d = q.shape[-1] (this case has d = {d_head})",
+           lambda q, k, fixed=fixed: pair(dot(q, k) / math.sqrt(fixed))) for fixed in (8, 16, 32, 64)
+          if fixed != d_head],
+    ]
+
+
+def _attention_pair(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]) -> Callable[[Tensor, Tensor], Tensor]:
+    """The learner's (weights, logits) as one stacked tensor, for run_case; anything else raises with a message."""
+    def call(q, k):
+        out = fn(q, k)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
+            raise TypeError(f"got {type(out).__name__}: {ATTENTION_PAIR}")
+        if out[0].shape != out[1].shape:
+            raise TypeError(f"the two tensors have shapes {tuple(out[0].shape)} and {tuple(out[1].shape)}: "
+                            f"{ATTENTION_PAIR}")
+        return torch.stack(list(out))
+    return call
+
+
+def check_attention_probs(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]) -> CheckReport:
+    """Check fn(q, k) -> (softmax(q kᵀ / √d) over the keys, q kᵀ / √d), with d = d_head, any leading dimensions."""
+    report = CheckReport("scaled dot-product attention weights")
+    g = torch.Generator().manual_seed(61)
+
+    def qk(*shape_q, n_k=None, scale=1.0, dtype=torch.float32):
+        shape_k = (*shape_q[:-2], n_k or shape_q[-2], shape_q[-1])
+        return [scale * torch.randn(*shape_q, generator=g, dtype=dtype),
+                scale * torch.randn(*shape_k, generator=g, dtype=dtype)]
+
+    cases = [("one head: 4 queries, 6 keys, d_head 8", qk(4, 8, n_k=6), 1e-5, False),
+             ("(batch 2, heads 3, tokens 5, d_head 16)", qk(2, 3, 5, 16), 1e-5, False),
+             ("d_head 4, 7 queries, 3 keys", qk(7, 4, n_k=3), 1e-5, False),
+             ("large q and k (x 5), d_head 32: a sharp softmax", qk(2, 6, 32, scale=5.0), 1e-4, False),
+             ("float64", qk(3, 5, 64, dtype=torch.float64), 1e-10, False),  # and d_head 64
+             ("gradients through autograd", qk(2, 4, 8, n_k=5, dtype=torch.float64), 1e-8, True)]
+    with teaching(ATTENTION_LIBRARY, "write the softmax of the scaled dot products yourself (matmul, softmax)"):
+        for name, inputs, tol, grad in cases:
+            report.cases.append(run_case(name, _attention_pair(fn), _attention_reference, inputs, tol, grad,
+                                         mistakes=_attention_mistakes(inputs[0].shape[-1]), arg_names=["q", "k"]))
+    for case in report.cases:  # q @ k without the transpose, or k.T on a batched tensor
+        if case.detail.startswith("raised") and ("cannot be multiplied" in case.detail or BROADCAST in case.detail):
+            case.detail = case.detail.replace(f" ({BROADCAST})", "") + " (q kᵀ needs the keys' last two dimensions " \
+                "swapped: k.transpose(-2, -1); k.T reverses every dimension of a batched tensor)"
+    _float32_hint(report, "(batch 2, heads 3, tokens 5, d_head 16)")
+    return report
+
+
 QK_TRANSPOSE = ("the product q̂ k̂ᵀ needs the keys' last two dimensions swapped: k.transpose(-2, -1) (k.T reverses "
                 "every dimension of a batched tensor)")
 
@@ -1315,11 +1399,12 @@ def check_qk_norm_logits(fn: Callable[[Tensor, Tensor, Tensor, Tensor, float], T
              ("d_head 4, small q and k, eps = 1e-2", [0.05 * torch.randn(2, 5, 4, generator=g),
                                                      0.05 * torch.randn(2, 5, 4, generator=g), *gains(4)],
               1e-2, 1e-5, False)]
-    for name, inputs, eps, tol, grad in cases:
-        report.cases.append(run_case(name, lambda a, b, wq, wk, eps=eps: fn(a, b, wq, wk, eps),
-                                     lambda a, b, wq, wk, eps=eps: _qk_reference(a, b, wq, wk, eps),
-                                     inputs, tol, grad, mistakes=_qk_mistakes(eps) + _qk_fixed_eps(eps),
-                                     arg_names=["q", "k", "weight_q", "weight_k"]))
+    with teaching(NORM_LIBRARY, "write the RMSNorm of q and k from tensor operations (a mean of squares, sqrt)"):
+        for name, inputs, eps, tol, grad in cases:
+            report.cases.append(run_case(name, lambda a, b, wq, wk, eps=eps: fn(a, b, wq, wk, eps),
+                                         lambda a, b, wq, wk, eps=eps: _qk_reference(a, b, wq, wk, eps),
+                                         inputs, tol, grad, mistakes=_qk_mistakes(eps) + _qk_fixed_eps(eps),
+                                         arg_names=["q", "k", "weight_q", "weight_k"]))
     for case in report.cases:  # q @ k without the transpose, or k.T on a batched tensor
         if case.detail.startswith("raised") and ("cannot be multiplied" in case.detail or BROADCAST in case.detail):
             case.detail = case.detail.replace(f" ({BROADCAST})", "") + f" ({QK_TRANSPOSE})"
@@ -1433,5 +1518,95 @@ def check_mean_pool(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckReport:
         _add_hint(result, _closest_mistake(got.detach().to(want.dtype), err, MEAN_POOL_MISTAKES, [x, mask]))
         if want.dtype == torch.float64 and err < 1e-4:
             _add_hint(result, FLOAT32_ONLY)
+        report.cases.append(result)
+    return report
+
+
+def _spike_place(x: Tensor, mask: Tensor | None, signed: bool = False) -> tuple[int, int]:
+    """The reference for check_find_spike: (position, feature) of the largest |value| (or value, signed) over the
+    real tokens (every token if mask is None)."""
+    v = x if signed else x.abs()
+    if mask is not None:
+        v = v.masked_fill(~mask[..., None], float("-inf"))
+    return divmod(int(v.amax(0).argmax()), x.shape[-1])
+
+
+FIND_SPIKE_MISTAKES = {
+    "signed": "it found the largest value, not the largest |value|: a massive activation can be negative; take "
+              "x.abs() before the max",
+    "padding": "a padding position won: mask the [PAD] positions out before the max "
+               "(x.abs().masked_fill(~mask[..., None], 0))",
+    "swapped": "the pair is the wrong way round: return (position, feature)",
+    "by seq": "the flat index was split by the sequence length: divmod(index, d) with d = x.shape[-1], the number of "
+              "features, gives (position, feature)",
+    "batch kept": "the position counts the batch too (batch x seq + position): take the max over the batch first "
+                  "(amax(0)), then find the place in the (seq, d) grid",
+    "position 0": "the spike is not always at position 0 or at feature 99: find it in the tensor",
+}
+
+
+def check_find_spike(fn: Callable[[Tensor, Tensor], tuple[int, int]]) -> CheckReport:
+    """Check fn(hidden_states (batch, seq, d), attention_mask (batch, seq) bool) -> (position, feature) of the largest
+    |value| over the real tokens: synthetic tensors with a spike planted at a random place (negative in some, with a
+    louder value at a padding position in others; sizes vary so a hard-coded place or size fails), then the model's
+    residual sum entering block 1's FFN LayerNorm. A wrong place that matches a classic mistake gets that mistake."""
+    from .minilm import baseline  # here, not at the top: the other checkers never need the model module
+
+    report = CheckReport("find the spike")
+    g = torch.Generator().manual_seed(99)
+
+    def case(lengths, d, height, pad=0.0, decoy=0.0, dtype=torch.float32):
+        t = max(lengths) + (2 if pad else 0)
+        mask = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]
+        x = torch.randn(len(lengths), t, d, generator=g, dtype=dtype)
+        row = int(torch.randint(len(lengths), (1,), generator=g))
+        pos = 1 + int(torch.randint(lengths[row] - 1, (1,), generator=g))  # never 0: [CLS] is not assumed
+        feat = int(torch.randint(d, (1,), generator=g))
+        x[row, pos, feat] = height
+        if decoy:  # a positive value below |height|: where the largest value is, not the largest |value|
+            x[(row + 1) % len(lengths), pos, (feat + 1) % d] = decoy  # equal lengths: pos is real there too
+        if pad:
+            x = torch.where(mask[..., None], x, pad * torch.ones_like(x))
+        return x, mask
+
+    cases = [("a negative spike", *case([7, 7, 7], 24, -60.0, decoy=30.0)),
+             ("a louder value at a padding position", *case([5, 9, 3, 6], 16, 40.0, pad=500.0)),
+             ("a positive spike, one sentence", *case([11], 10, 25.0)),
+             ("many short sentences, few features", *case([3, 4, 2, 4, 3], 6, -12.0, pad=-90.0)),
+             ("float64, long sequences", *case([40, 33], 48, 80.0, pad=200.0, dtype=torch.float64))]
+    base = baseline()
+    cases.append(("the residual sum entering block 1's FFN LayerNorm", base.norm_in["L1 FFN"], base.mask))
+    for name, x, mask in cases:
+        want = _spike_place(x, mask)
+        given = [x.clone(), mask.clone()]
+        got, failed = call_learner(name, fn, *given)
+        if failed:
+            report.cases.append(failed)
+            continue
+        problem = _input_problem(got, given, [x, mask], ["hidden_states", "attention_mask"], views=False)
+        if problem:
+            report.cases.append(CaseResult(name, False, problem))
+            continue
+        try:
+            place = tuple(int(v) for v in got)
+        except (TypeError, ValueError, RuntimeError):
+            place = None
+        if place is None or len(place) != 2:
+            report.cases.append(CaseResult(name, False, f"returned {got!r}: expected two integers, (position, "
+                                                        f"feature)"))
+            continue
+        if place == want:
+            report.cases.append(CaseResult(name, True, f"found position {want[0]}, feature {want[1]}"))
+            continue
+        result = CaseResult(name, False, f"returned {place}, the largest |value| over real tokens is at {want}")
+        flat = int(x.abs().masked_fill(~mask[..., None], float("-inf")).amax(0).argmax())
+        whole = int(x.abs().masked_fill(~mask[..., None], float("-inf")).flatten().argmax())
+        candidates = [("signed", _spike_place(x, mask, signed=True)), ("padding", _spike_place(x, None)),
+                      ("swapped", want[::-1]), ("by seq", divmod(flat, x.shape[1])),
+                      ("batch kept", divmod(whole, x.shape[-1]))]
+        hint = next((FIND_SPIKE_MISTAKES[k] for k, p in candidates if p == place), "")
+        if not hint and place[0] == 0 != want[0] or place == (0, 99):
+            hint = FIND_SPIKE_MISTAKES["position 0"]
+        _add_hint(result, hint)
         report.cases.append(result)
     return report

@@ -26,7 +26,8 @@ from .resources import course_folder
 from .transformer import TransformerBlock
 
 __all__ = ["CONFIG", "WEIGHT_MAP", "MiniLM", "Batch", "model_dir", "load_minilm", "load_tokenizer", "tokenize",
-           "mean_pool", "sentence_embedding", "load_sentences", "SentencePairs", "pair_scores", "separation",
+           "mean_pool", "sentence_embedding", "load_sentences", "load_heldout", "SentencePairs", "pair_scores",
+           "separation",
            "load_reference", "reference_outputs", "layer_norms", "norm_inputs", "Baseline", "baseline_of", "baseline",
            "run_from",
            "NORM_SITES", "REWIRINGS", "intervened_embeddings", "Damage", "damage"]
@@ -187,6 +188,18 @@ def load_sentences(path: str | Path | None = None) -> "SentencePairs":
         raise FileNotFoundError(f"{path} not found: it ships in the course folder's data/; run the notebook from there")
     raw = json.loads(path.read_text())
     return SentencePairs(similar=[tuple(p) for p in raw["similar"]], unrelated=[tuple(p) for p in raw["unrelated"]])
+
+
+def load_heldout(path: str | Path | None = None) -> tuple[list["SentencePairs"], list[str]]:
+    """The held-out text (data/heldout_sentences.json), written after the claims were set: five sets of sentence pairs
+    shaped like load_sentences()'s, and four paragraphs of 60-120 tokens."""
+    path = Path(path) if path is not None else course_folder("data") / "heldout_sentences.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: it ships in the course folder's data/; run the notebook from there")
+    raw = json.loads(path.read_text())
+    sets = [SentencePairs(similar=[tuple(p) for p in s["similar"]], unrelated=[tuple(p) for p in s["unrelated"]])
+            for s in raw["sets"]]
+    return sets, list(raw["paragraphs"])
 
 
 @dataclass

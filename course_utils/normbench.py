@@ -54,7 +54,8 @@ from .course import lesson_functions
 from .resources import course_folder
 from .transformer import TransformerBlock
 
-__all__ = ["Variant", "BenchResult", "keep_freed_memory", "last_level_cache_bytes", "PassCounter", "count_passes",
+__all__ = ["Variant", "BenchResult", "keep_freed_memory", "release_freed_memory", "memory_bound", "op_width_sweep",
+           "MMAP_THRESHOLD_MIB", "RAISED_MMAP_MIB", "MEMORY_BOUND_MIB", "MEMORY_BOUND_VARIANTS", "OP_WIDTHS", "last_level_cache_bytes", "PassCounter", "count_passes",
            "COPY", "micro_variants", "default_variants", "backward_variants", "compiled_variants", "lesson_variants",
            "PAIRS", "run", "settings", "size_sweep", "sweep_table", "store_sweep", "stored_sweep_text", "sweep_ratios",
            "SWEEP_KEEP", "SWEEP_VARIANTS", "compiled_pair", "lesson_sweep", "SWEEP_MIB", "BIG_SWEEP_MIB", "block_timing",
@@ -77,15 +78,31 @@ STORED = course_folder("data") / "normbench_compiled.json"  # shipped, so every 
 CHAPTER_SAVING = (0.10, 0.40)  # the chapter's "10-40%"
 
 
-def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to reuse freed blocks instead of returning them to the OS (lasts for this process).
+MMAP_THRESHOLD_MIB = 32  # run()'s default: blocks above this come from mmap, fresh pages (and faults) every call
+RAISED_MMAP_MIB = 1024  # memory_bound(): above every tensor it allocates, so freed blocks are reused at 64 MiB too
+
+
+def keep_freed_memory(mmap_threshold_mib: int = MMAP_THRESHOLD_MIB) -> bool:
+    """Ask glibc's malloc to reuse freed blocks instead of returning them to the OS (lasts for this process, until
+    the next call). A block larger than `mmap_threshold_mib` still gets its own mmap, returned to the OS when freed,
+    so each new one of that size starts with fresh pages: a page fault per 4 KiB page written.
 
     Returns False where that is not possible (not Linux/glibc); the benchmark still runs, page faults included.
     """
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 32 * 2 ** 20)) and bool(libc.mallopt(m_trim_threshold, 2 ** 30))
+        return (bool(libc.mallopt(m_mmap_threshold, mmap_threshold_mib * 2 ** 20))
+                and bool(libc.mallopt(m_trim_threshold, 2 ** 30)))
+    except (OSError, AttributeError):
+        return False
+
+
+def release_freed_memory() -> bool:
+    """Hand the freed memory glibc keeps back to the OS (malloc_trim): after a run with the mmap threshold raised, the
+    large blocks it kept would otherwise be reused, and a run at the default threshold would never reach mmap."""
+    try:
+        return bool(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0))
     except (OSError, AttributeError):
         return False
 
@@ -238,6 +255,8 @@ def default_variants(layer_norm: Callable, rms_norm: Callable, compiled: bool = 
                 lambda x, w, b: F.rms_norm(x, x.shape[-1:], None, 1e-5)),
         Variant("LayerNorm by hand", "layer", "by hand", lambda x, w, b: ln(x, w, b, 1e-5)),
         Variant("RMSNorm by hand", "rms", "by hand", lambda x, w, b: rms(x, w, 1e-5)),
+        Variant("LayerNorm by hand, no γ/β", "layer", "by hand, no γ/β", lambda x, w, b: ln(x, None, None, 1e-5)),
+        Variant("RMSNorm by hand, no γ", "rms", "by hand, no γ/β", lambda x, w, b: rms(x, None, 1e-5)),
     ]
     return variants + (compiled_variants(ln, rms) if compiled else [])
 
@@ -276,6 +295,7 @@ PAIRS = [
     ("PyTorch ops, no γ/β", "F.layer_norm, no γ/β", "F.rms_norm, no γ",
      "as shipped, without the affine: {passes}"),
     ("by hand", "LayerNorm by hand", "RMSNorm by hand", "fair: the same elementary ops, RMSNorm has fewer"),
+    ("by hand, no γ/β", "LayerNorm by hand, no γ/β", "RMSNorm by hand, no γ", "fair: the normalization alone"),
     ("compiled", "LayerNorm by hand, compiled", "RMSNorm by hand, compiled", "fair: both fused by the compiler"),
     ("PyTorch ops, fwd+bwd", "F.layer_norm, fwd+bwd", "F.rms_norm, fwd+bwd", "as shipped, fwd+bwd: {passes}"),
     ("by hand, fwd+bwd", "LayerNorm by hand, fwd+bwd", "RMSNorm by hand, fwd+bwd", "fair: the same elementary ops"),
@@ -465,7 +485,8 @@ class BenchResult:
 
 def run(variants: list[Variant], widths: Sequence[int] = WIDTHS, repeats: int = 15, number: int = 5,
         warmup: int = 3, elements: int = ELEMENTS, seed: int = 0,
-        progress: Callable[[int, int, str], None] | None = None) -> BenchResult:
+        progress: Callable[[int, int, str], None] | None = None,
+        mmap_threshold_mib: int = MMAP_THRESHOLD_MIB) -> BenchResult:
     """Time every variant at every width; variants alternate inside each repeat so that noise hits them alike.
 
     It runs at the torch thread count the process has (result.threads says which); one thread keeps timings steady
@@ -476,7 +497,7 @@ def run(variants: list[Variant], widths: Sequence[int] = WIDTHS, repeats: int = 
         raise ValueError(f"every width must divide elements={elements}, got {widths}")
     if repeats < 1 or number < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1, number >= 1, warmup >= 0; got {repeats}, {number}, {warmup}")
-    memory_kept = keep_freed_memory()
+    memory_kept = keep_freed_memory(mmap_threshold_mib)
     n_threads = torch.get_num_threads()
     # One thread runs every op on this thread, so its CPU time is the op's cost; with more, only wall time is honest.
     clock = time.thread_time if n_threads == 1 else time.perf_counter
@@ -534,10 +555,47 @@ def run(variants: list[Variant], widths: Sequence[int] = WIDTHS, repeats: int = 
 
 
 def size_sweep(variants: list[Variant], sizes_mib: Sequence[int] = SWEEP_MIB, d: int = 512, repeats: int = 5,
-               number: int = 2, seed: int = 0) -> list[BenchResult]:
+               number: int = 2, seed: int = 0, mmap_threshold_mib: int = MMAP_THRESHOLD_MIB) -> list[BenchResult]:
     """The same variants at several tensor sizes (MiB per tensor), from inside the last-level cache to beyond it."""
-    return [run(variants, widths=(d,), repeats=repeats, number=number, warmup=1, elements=mib * 2 ** 18, seed=seed)
-            for mib in sizes_mib]
+    try:
+        return [run(variants, widths=(d,), repeats=repeats, number=number, warmup=1, elements=mib * 2 ** 18,
+                    seed=seed, mmap_threshold_mib=mmap_threshold_mib) for mib in sizes_mib]
+    finally:
+        keep_freed_memory()  # back to the default threshold for what runs next
+
+
+MEMORY_BOUND_MIB = 64  # per tensor: input + output twice a 32 MiB last-level cache
+MEMORY_BOUND_VARIANTS = (COPY, "F.layer_norm", "RMSNorm by hand", "LayerNorm by hand")
+
+
+def memory_bound(variants: list[Variant], mib: int = MEMORY_BOUND_MIB, raised: bool = True, repeats: int = 5,
+                 number: int = 1, seed: int = 0) -> BenchResult:
+    """The named MEMORY_BOUND_VARIANTS at `mib` MiB per tensor, beyond the cache, with glibc's mmap threshold raised
+    to RAISED_MMAP_MIB (raised) or left at run()'s MMAP_THRESHOLD_MIB: the setting that decides whether each call's
+    fresh output and temporaries cost page faults."""
+    keep = [v for v in variants if v.name in MEMORY_BOUND_VARIANTS]
+    if raised:  # an untimed round first grows the heap to what the variants need at most, in any order they take
+        size_sweep(keep, (mib,), repeats=len(keep), number=1, seed=seed, mmap_threshold_mib=RAISED_MMAP_MIB)
+        return size_sweep(keep, (mib,), repeats=repeats, number=number, seed=seed, mmap_threshold_mib=RAISED_MMAP_MIB)[0]
+    # At the default threshold, blocks a raised run left in glibc's heap would be reused and never reach mmap:
+    # release them first, and once more if a live allocation above them kept them (no page faults seen).
+    for _ in range(3):
+        release_freed_memory()
+        result = size_sweep(keep, (mib,), repeats=repeats, number=number, seed=seed)[0]
+        if any(f >= result.elements * 4 / 4096 / 64 for f in result.faults.values()):
+            break
+    return result
+
+
+OP_WIDTHS = (16, 32, 64, 128, 256, 1024, 4096)  # op_width_sweep(): head sizes (QK-norm) up to model widths
+
+
+def op_width_sweep(widths: Sequence[int] = OP_WIDTHS, repeats: int = 9, number: int = 3, seed: int = 0) -> BenchResult:
+    """PyTorch's own pair, F.layer_norm against F.rms_norm (with γ, and β for LayerNorm), on the same 2**20 numbers
+    reshaped to each width: at a small d there are many rows, and a kernel's cost per row shows."""
+    ops = [v for v in default_variants(lambda *a: None, lambda *a: None) if v.name in (COPY, "F.layer_norm",
+                                                                                      "F.rms_norm")]
+    return run(ops, widths=widths, repeats=repeats, number=number, seed=seed)
 
 
 def sweep_table(results: list[BenchResult]) -> str:

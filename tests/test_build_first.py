@@ -12,8 +12,9 @@ from conftest import ROOT
 from course_utils import reading
 
 BUILD_FIRST = ["00_start_here", "01_why_normalize", "02_batchnorm_and_padding", "03_layernorm",
-               "04_pre_vs_post_ln"]
-WITH_EXERCISES = BUILD_FIRST[1:]
+               "04_pre_vs_post_ln", "05_rmsnorm", "06_qk_norm_and_softcapping", "07_review", "08_real_model"]
+WITH_EXERCISES = [nb for nb in BUILD_FIRST if nb not in ("00_start_here", "07_review")]
+MAIN_LINE_WORDS = 3_600  # 24 minutes of prose at reading.WORDS_PER_MINUTE; with the cells' runs, a 20-30 minute path
 
 
 def _cells(nb_id):
@@ -70,6 +71,14 @@ def test_worked_answers_are_folded_and_follow_an_exercise(nb_id):
             assert cell.metadata.get("jupyter", {}).get("source_hidden"), f"{nb_id} cell {i}: a worked answer is folded"
             assert {_taught(d) for d in _defined(cell.source)} & seen_exercise, (
                 f"{nb_id} cell {i}: a worked answer follows the exercise it answers")
+
+
+@pytest.mark.parametrize("nb_id", BUILD_FIRST)
+def test_the_main_line_is_a_20_to_30_minute_path(nb_id):
+    r = reading.reading(ROOT / "notebooks" / f"{nb_id}.ipynb")
+    assert r.main_words <= MAIN_LINE_WORDS, (
+        f"{nb_id}: {r.main_words:,} words on the main line ({r.minutes:.0f} min of prose); fold evidence and "
+        f"deep-dives (a collapsed heading or <details>) until it is at most {MAIN_LINE_WORDS:,}")
 
 
 def test_the_fold_rules_count_what_they_say(tmp_path):

@@ -257,3 +257,38 @@ def test_the_softcap_panel_says_what_happened_to_the_ranking():
     panel = demo.softcap_panel(lambda x, cap: cap * torch.tanh(x / cap))
     panel.set(cap=2.0, top_logit=120.0)
     assert "tie" in panel.outputs[0].value and "unchanged: yes" not in panel.outputs[0].value
+
+
+def test_the_variants_c130_and_c131_build_the_models_they_name():
+    rms = demo.make_model("QK-RMSNorm", 0)
+    alone = demo.make_model("QK-norm, no residual norms", 0)
+    assert rms.blocks[0].attn.qk_norm == "rms" and alone.blocks[0].attn.qk_norm == "layer"
+    assert isinstance(alone.final_norm, torch.nn.Identity) and alone.blocks[0].norm_kind == "none"
+    assert not isinstance(rms.final_norm, torch.nn.Identity)
+    assert set(demo.LAB_CONDITIONS) < set(demo.MODEL_CONDITIONS)  # the lab offers only what it did before
+
+
+def test_the_judges_of_c130_and_c131_can_fail():
+    assert demo.near_trained({"final": 0.29}) and not demo.near_trained({"final": 0.31})
+    diverged, stuck, learned = {"best": 8.0}, {"best": 2.5}, {"best": 0.01}
+    assert demo.needs_residual_norms(diverged, learned)
+    assert not demo.needs_residual_norms(stuck, learned)    # at chance is not above it
+    assert not demo.needs_residual_norms(learned, learned)  # the control: it learns without the norms
+    assert not demo.needs_residual_norms(diverged, stuck)   # and the model with the norms must learn
+
+
+def test_a_live_figure_is_saved_with_its_data(tmp_path):
+    """live_display's second showing replaces the first output in place, so the saved snapshot holds the traces."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from course_utils import setup\nsetup(0)\nfrom course_utils.demos import qk_norm as demo\n"
+        "fig = demo.logit_growth_figure([('no QK-norm', 0)])\nshow = demo.live_display(fig)\n"
+        "fig.data[0].update(x=[0, 1, 2], y=[1.0, 10.0, 100.0])\nshow()")]
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute(cwd=str(tmp_path))
+    figures = [o for o in nb.cells[0].outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figures) == 1, nb.cells[0].outputs
+    traces = figures[0]["data"]["application/vnd.plotly.v1+json"]["data"]
+    assert list(traces[0]["x"]) == [0, 1, 2]
+    assert '"x":[0,1,2]' in figures[0]["data"]["text/html"].replace(" ", "")

@@ -124,12 +124,15 @@ def test_intervention_panel_redraws_only_what_moves(interventions):
     assert messages[0]["style_traces"] == [0, 2, 3]  # the bars and the two kinds of pairs; the y = x line stays
 
 
-def test_sentence_subsets_and_random_text():
+def test_seeds_run_on_held_out_sets_and_random_text():
     full = minilm.load_sentences()
-    assert demo.sentence_subset(0).sentences == full.sentences
-    sub = demo.sentence_subset(3)
-    assert len(sub.similar) == len(sub.unrelated) == 7 and set(sub.similar) <= set(full.similar)
-    assert demo.sentence_subset(3).similar == sub.similar  # the seed decides
+    assert demo.sentence_set(0).sentences == full.sentences
+    held = demo.sentence_set(3)
+    assert len(held.similar) == len(held.unrelated) == 10
+    assert not set(held.sentences) & set(full.sentences)  # new text, not a re-measurement of the course's
+    assert demo.sentence_set(3).similar == held.similar and demo.sentence_set(2).similar != held.similar
+    with pytest.raises(ValueError, match="held-out"):
+        demo.sentence_set(6)
     text = demo.random_text(1, n=3, length=5)
     assert text.input_ids.shape == (3, 7) and text.tokens[0][0] == "[CLS]" and text.tokens[0][-1] == "[SEP]"
 
@@ -229,3 +232,56 @@ def test_random_text_baselines_have_the_spike_and_no_pairs():
     assert demo.spike_sites(text)["feature"] == 99
     with pytest.raises(ValueError, match="text"):
         demo._run_on(0, "poems", 14)
+
+
+def test_held_out_paragraphs_are_long_and_have_the_spike():
+    paragraphs = demo.paragraph_baseline()
+    lengths = paragraphs.mask.sum(1)
+    assert paragraphs.pairs is None and len(lengths) == 4 and bool((lengths >= 60).all() and (lengths <= 120).all())
+    assert demo.spike_sites(paragraphs)["feature"] == 99
+
+
+def test_cls_moved_and_position_ids_shifted(base):
+    moved = demo.cls_moved(base.batch)
+    assert moved.tokens[0][3] == "[CLS]" and moved.tokens[0][:3] == base.batch.tokens[0][1:4]
+    assert moved.tokens[0][4:] == base.batch.tokens[0][4:] and torch.equal(moved.attention_mask, base.mask)
+    hidden, norm_in = demo.rerun(base.model, base.batch)  # offset 0: the model as it runs
+    torch.testing.assert_close(hidden[-1], base.hidden[-1])
+    torch.testing.assert_close(norm_in["L1 FFN"], base.norm_in["L1 FFN"])
+    shifted, _ = demo.rerun(base.model, base.batch, offset=1)
+    assert not torch.allclose(shifted[1], base.hidden[1])
+    with pytest.raises(ValueError, match="real tokens"):
+        demo.cls_moved(demo.random_text(0, n=2, length=1), to=3)
+
+
+def test_attention_on_key_0_is_the_notebooks_attention_to_cls(base):
+    shares, uniform = LESSONS["attention_to_cls"](base.model, base.hidden, base.mask)
+    on_0, even = demo.attention_on(base.model, base.hidden, base.mask, 0)
+    assert on_0 == pytest.approx(shares) and even == pytest.approx(uniform)
+
+
+def test_the_judges_of_the_new_claims():
+    assert demo.first_position_spike(224.0, 0) and not demo.first_position_spike(224.0, 3)
+    assert not demo.first_position_spike(12.0, 0)
+    assert demo.carries_most(0.75) and not demo.carries_most(0.08)
+    assert demo.exact_in_float64([1e-15] * 7) and not demo.exact_in_float64([1e-15] * 6 + [1e-6])
+    checks = demo.moved_sink_checks([0.3, 0.6, 0.4, 0.4, 0.4, 0.3], [0.1, 0.1, 0.35, 0.35, 0.35, 0.2], 0.09)
+    assert all(checks.values())
+    assert not all(demo.moved_sink_checks([0.3, 0.6, 0.4, 0.4, 0.4, 0.3], [0.1, 0.1, 0.35, 0.2, 0.35, 0.2], 0.09)
+                   .values())  # 0.2 is not above 2.5x of 0.09
+
+
+def test_fixed_sigma_keeps_cls_and_is_layernorm_when_sigma_is_each_tokens_own(base):
+    ln = minilm.layer_norms(base.model)["L1 FFN"]
+    x = base.norm_in["L1 FFN"][:2]
+    own = LESSONS["fixed_sigma"](ln, 1.0, keep_first=True)(x)
+    torch.testing.assert_close(own[:, 0], ln(x)[:, 0], rtol=1e-5, atol=1e-5)  # [CLS] keeps its own sigma
+    sigma = float(x[0, 1].std(unbiased=False))
+    torch.testing.assert_close(LESSONS["fixed_sigma"](ln, sigma, keep_first=False)(x)[0, 1], ln(x)[0, 1],
+                               rtol=1e-4, atol=1e-4)
+    assert set(demo.median_sigmas(base)) == set(minilm.layer_norms(base.model))
+
+
+def test_find_spike_lesson_finds_feature_99_at_position_0(base):
+    assert LESSONS["find_spike"](base.norm_in["L1 FFN"], base.mask) == (0, 99)
+    assert demo.spike_of(LESSONS["find_spike"], base.norm_in["L1 FFN"], base.mask)[0] > demo.SPIKE_ABOVE

@@ -200,8 +200,8 @@ def test_each_report_is_current_agrees_and_is_what_the_ledger_says(cid):
     assert report["fingerprint"] == ev.fingerprint(exp), \
         f"{cid}: the experiment changed since its report; rerun python -m course_utils.robustness --claims {cid}"
     assert len(report["seeds"]) >= 6, f"{cid}: fewer than six seeds (the notebook's and five others)"
-    against = [(s["label"], r["seed"], r["detail"]) for s in report["settings"] for r in s["runs"]
-               if r["holds"] != s["expect"]]
+    against = [(s["label"], r["seed"], r["detail"]) for s in report["settings"] for r in ev.counted_runs(s)
+               if r["holds"] != s["expect"]]  # a setting recorded, not claimed, holds at some seeds only
     assert not against, f"{cid}: runs that disagree with what the notebook states: {against}"
     line = _ledger_rows()[cid][1]
     assert rb.ledger_sentence(report) in line, \

@@ -113,7 +113,7 @@ def test_checkers_never_raise_on_broken_answers():
     for check in (exercises.check_layer_norm, exercises.check_rms_norm, exercises.check_masked_batch_stats,
                   exercises.check_post_ln_forward, exercises.check_deepnorm_forward, exercises.check_deepnorm_init,
                   exercises.check_depth_scaled_gain, exercises.check_softcap,
-                  exercises.check_qk_norm_logits):
+                  exercises.check_qk_norm_logits, exercises.check_attention_probs):
         for fn in (not_done, lambda *a: None, lambda *a: "text", lambda *a: 1 / 0):
             report = check(fn)
             assert not report.passed and report.text() and report._repr_html_()

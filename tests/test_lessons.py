@@ -22,7 +22,7 @@ LESSONS = {
     "05_rmsnorm": {"rms_norm", "layer_norm"},
     "06_qk_norm_and_softcapping": {"attention_probs", "softcap_logits"},
     "08_real_model": {"feature_loudness", "far", "outlier_dims", "zeroed", "rms_instead", "attention_logits",
-                      "attention_to_cls", "int8_roundtrip"},
+                      "attention_to_cls", "int8_roundtrip", "fixed_sigma", "find_spike"},
 }
 
 

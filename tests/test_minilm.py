@@ -277,3 +277,14 @@ def test_both_panels_are_registered():
     """tests/test_panel.py sweeps every registered panel; latency: course_utils.bench."""
     assert {"layernorm_inspector_panel", "intervention_panel"} <= {n for n, (nb, _) in PANELS.items()
                                                                    if nb == "08_real_model"}
+
+
+def test_the_held_out_text_is_new_and_shaped_like_the_courses():
+    sets, paragraphs = minilm.load_heldout()
+    course = set(minilm.load_sentences().sentences)
+    assert len(sets) == 5 and len(paragraphs) == 4
+    for pairs in sets:
+        assert len(pairs.similar) == len(pairs.unrelated) == 10 and len(pairs.sentences) == 20
+        assert not set(pairs.sentences) & course
+    with pytest.raises(FileNotFoundError, match="heldout"):
+        minilm.load_heldout("/nonexistent/heldout_sentences.json")

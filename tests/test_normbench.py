@@ -33,7 +33,7 @@ def test_run_records_every_variant_at_the_thread_count_it_finds():
             assert result.median_s(v, d) > 0 and result.gbps(v, d) > 0
     q1, median, q3 = result.saving("LayerNorm by hand", "RMSNorm by hand", 64)
     assert q1 <= median <= q3
-    assert [p[0] for p in result.pairs()] == ["PyTorch ops", "PyTorch ops, no γ/β", "by hand"]
+    assert [p[0] for p in result.pairs()] == ["PyTorch ops", "PyTorch ops, no γ/β", "by hand", "by hand, no γ/β"]
     table = result.table()
     assert normbench.COPY in table and "Time saved by RMSNorm" in table and "6.9%" not in table  # no whole-model band
     # what a pair's label says about fusing comes from the counted passes, not from a typed sentence
@@ -95,7 +95,9 @@ def test_the_pass_counter_counts_reads_and_writes_of_full_tensors():
         assert normbench.count_passes(lambda x: F.layer_norm(x, (16,), w, b), x) == (1, 1)  # one fused kernel
     lessons = normbench.lesson_functions("05_rmsnorm")
     assert sum(normbench.count_passes(lessons["rms_norm"], x, w)) == 7
-    assert sum(normbench.count_passes(lessons["layer_norm"], x, w, b)) == 14
+    assert sum(normbench.count_passes(lessons["layer_norm"], x, w, b)) == 12  # x - μ computed once
+    assert sum(normbench.count_passes(lessons["layer_norm"], x)) == 8  # the normalization alone
+    assert sum(normbench.count_passes(lessons["rms_norm"], x)) == 5
 
 
 def test_micro_variants_compute_what_their_names_say_in_the_passes_they_claim():
@@ -168,3 +170,18 @@ def test_busy_machine_warning_and_the_stored_sweep(tmp_path):
         [v for v in normbench.lesson_variants() if v.name in normbench.SWEEP_KEEP], (1,), d=256, repeats=1, number=1),
         "F.layer_norm")
     assert len(ratios) == 1 and ratios[0][0] == 1 and ratios[0][1] > 0 and ratios[0][2] > 0
+
+
+def test_the_mmap_threshold_decides_the_page_faults_beyond_it():
+    if not normbench.keep_freed_memory():
+        pytest.skip("not glibc: mallopt is not available")
+    variants = [v for v in normbench.lesson_variants() if v.name in normbench.MEMORY_BOUND_VARIANTS]
+    raised = normbench.memory_bound(variants, mib=40, repeats=1)  # 40 MiB: above the default 32 MiB threshold
+    default = normbench.memory_bound(variants, mib=40, raised=False, repeats=1)
+    d = raised.widths[0]
+    assert raised.faults[("RMSNorm by hand", d)] < 100 < default.faults[("RMSNorm by hand", d)]
+
+
+def test_op_width_sweep_times_pytorchs_pair_at_each_width():
+    result = normbench.op_width_sweep(widths=(16, 1024), repeats=1, number=1)
+    assert result.widths == (16, 1024) and result.has("F.layer_norm") and result.has("F.rms_norm")

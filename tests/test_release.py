@@ -40,7 +40,7 @@ def _key_bearing(data: dict) -> set[str]:
     """Every string of a full quiz file that tells a right answer, 12 characters or longer."""
     found = []
     for q in data["questions"]:
-        found += [q.get("explanation"), q.get("model_answer"), *q.get("rubric", [])]
+        found += [q.get("explanation"), q.get("model_answer"), q.get("evidence"), *q.get("rubric", [])]
         found += [q["answer"]] if isinstance(q.get("answer"), str) and q.get("kind") == "numeric" else []
         found += [c.get("feedback") for c in q.get("choices", [])]
         found += [m.get("feedback") for m in q.get("mistakes", [])]
@@ -112,11 +112,11 @@ def test_the_released_quizzes_load_and_are_keyless(released):
         quiz = load_quiz(name)
         assert quiz.keyless and quiz.title == read_quiz(ROOT / "quizzes" / f"{name}.toml").title
         for q in quiz.questions:
-            assert q.answer is None and not q.explanation and not q.mistakes and not q.model_answer
+            assert q.answer is None and not q.explanation and not q.mistakes and not q.model_answer and not q.evidence
             assert not q.rubric and not any(c.feedback for c in q.choices)
 
 
-@pytest.mark.parametrize("field", ["answer = 'b'", "explanation = 'why'", "model_answer = 'm'"])
+@pytest.mark.parametrize("field", ["answer = 'b'", "explanation = 'why'", "model_answer = 'm'", "evidence = 'e'"])
 def test_a_keyless_quiz_that_carries_a_key_is_refused(tmp_path, monkeypatch, field):
     (tmp_path / "leaky.toml").write_text(
         "title = 'x'\nrelease = true\n[[questions]]\nid = 'q1'\nkind = 'open'\nprompt = 'p'\nsection = 's'\n"

@@ -523,6 +523,10 @@ RMS_WRONG = {
                                       "float32 precision"),
     "detached": (lambda x, w, eps: norms.rms_norm(x.detach(), None, w, eps), "no gradient reached"),
     "in place": (_rms_in_place, "in place"),
+    "eps hard-coded as 1e-5": (lambda x, w, eps: x / torch.sqrt(_ms(x) + 1e-5) * w, "not a number typed in"),
+    "mean of x, not of its squares": (lambda x, w, eps: x / torch.sqrt(x.mean(-1, keepdim=True) + eps) * w,
+                                      "mean of its squares"),
+    "gamma applied twice": (lambda x, w, eps: x / torch.sqrt(_ms(x) + eps) * w * w, "γ is applied twice"),
 }
 RMS_RIGHT = {
     "the lesson's": lambda x, w, eps: norms.rms_norm(x, None, w, eps),
@@ -531,6 +535,11 @@ RMS_RIGHT = {
                                                           / x.shape[-1] + eps),
     "float64 inside": lambda x, w, eps: (x.double() * torch.rsqrt(_ms(x.double()) + eps) * w.double()).to(x.dtype),
 }
+
+
+def test_rms_norm_fails_a_width_typed_in_at_the_odd_width():
+    report = exercises.check_rms_norm(lambda x, w, eps: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) / 16 + eps) * w)
+    assert not report.passed and not report.case("odd width, leading dims (2, 3, 5, 7)").passed
 
 
 def test_rms_norm_leads_with_the_tiny_rms_case_where_a_misplaced_eps_shows_big():
@@ -591,6 +600,18 @@ def _qk_unit_norm(q, k, wq, wk, eps):
 
 
 def _qk_layer_norm(q, k, wq, wk, eps):
+    def ln(x, w):
+        x = x - x.mean(-1, keepdim=True)
+        return w * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return ln(q, wq) @ ln(k, wk).transpose(-2, -1) / q.shape[-1] ** 0.5
+
+
+def _qk_library(q, k, wq, wk, eps):
+    d = q.shape[-1]
+    return F.rms_norm(q, (d,), wq, eps) @ F.rms_norm(k, (d,), wk, eps).transpose(-2, -1) / d ** 0.5
+
+
+def _qk_library_ln(q, k, wq, wk, eps):
     d = q.shape[-1]
     return F.layer_norm(q, (d,), wq, None, eps) @ F.layer_norm(k, (d,), wk, None, eps).transpose(-2, -1) / d ** 0.5
 
@@ -621,6 +642,8 @@ QK_WRONG = {
     "gains forgotten": (lambda q, k, wq, wk, eps: _qk(q, k, 1.0, 1.0, eps), "gains are not applied"),
     "unit-norm q and k (F.normalize)": (_qk_unit_norm, "ℓ2-normalized"),
     "LayerNorm instead of RMSNorm": (_qk_layer_norm, "the mean is subtracted"),
+    "the library's F.rms_norm": (_qk_library, "calls F.rms_norm"),
+    "the library's F.layer_norm": (_qk_library_ln, "calls F.layer_norm"),
     "queries only": (lambda q, k, wq, wk, eps: _rms_g(q, wq, eps) @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]),
                      "only the queries"),
     "keys only": (lambda q, k, wq, wk, eps: q @ _rms_g(k, wk, eps).transpose(-2, -1) / math.sqrt(q.shape[-1]),
@@ -654,13 +677,47 @@ QK_WRONG = {
 }
 QK_RIGHT = {
     "from the parts": _qk,
-    "F.rms_norm and .mT": lambda q, k, wq, wk, eps: (F.rms_norm(q, q.shape[-1:], wq, eps)
-                                                     @ F.rms_norm(k, k.shape[-1:], wk, eps).mT / q.shape[-1] ** 0.5),
+    "rsqrt and .mT": lambda q, k, wq, wk, eps: ((q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps) * wq)
+                                                @ (k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + eps) * wk).mT
+                                                / q.shape[-1] ** 0.5),
     "einsum with rsqrt": lambda q, k, wq, wk, eps: torch.einsum(
         "...id,...jd->...ij", q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + eps) * wq,
         k * torch.rsqrt(k.pow(2).mean(-1, keepdim=True) + eps) * wk) / math.sqrt(q.shape[-1]),
     # the logits are Σ_d γq_d γk_d q̂_d k̂_d: symmetric in the two gains, so swapping them is no mistake
     "gains swapped": lambda q, k, wq, wk, eps: _qk(q, k, wk, wq, eps),
+}
+
+
+def _attn(q, k, *, scale=lambda d: d ** -0.5, dim=-1):
+    logits = q @ k.transpose(-2, -1) * scale(q.shape[-1])
+    return logits.softmax(dim), logits
+
+
+ATTENTION_WRONG = {
+    "no 1/sqrt(d)": (lambda q, k: _attn(q, k, scale=lambda d: 1.0), "1/√d is missing"),
+    "divided by d": (lambda q, k: _attn(q, k, scale=lambda d: 1 / d), "divided by d"),
+    "sqrt(8) hard-coded": (lambda q, k: _attn(q, k, scale=lambda d: 8 ** -0.5), "fixed at √8"),
+    "sqrt(16) hard-coded": (lambda q, k: _attn(q, k, scale=lambda d: 16 ** -0.5), "fixed at √16"),
+    "softmax over the queries": (lambda q, k: _attn(q, k, dim=-2), "over the queries"),
+    "weights and logits swapped": (lambda q, k: _attn(q, k)[::-1], "swapped"),
+    "scaled after the softmax": (lambda q, k: ((q @ k.transpose(-2, -1)).softmax(-1), _attn(q, k)[1]),
+                                 "scaled after the softmax"),
+    "the weights only": (lambda q, k: _attn(q, k)[0], "return two tensors"),
+    "k.T on a batched tensor": (lambda q, k: ((q @ k.T / q.shape[-1] ** 0.5).softmax(-1), q @ k.T / q.shape[-1] ** 0.5),
+                                "k.transpose(-2, -1)"),
+    "F.scaled_dot_product_attention": (
+        lambda q, k: (F.scaled_dot_product_attention(q, k, torch.eye(k.shape[-2], dtype=q.dtype)), _attn(q, k)[1]),
+        "calls F.scaled_dot_product_attention"),
+    "float32 inside, float64 given": (lambda q, k: tuple(t.to(q.dtype) for t in _attn(q.float(), k.float())),
+                                      "float32 precision"),
+    "detached": (lambda q, k: tuple(t.detach() for t in _attn(q, k)), "no gradient reached"),
+}
+ATTENTION_RIGHT = {
+    "from the parts": _attn,
+    "mT and torch.softmax": lambda q, k: (torch.softmax(q @ k.mT / math.sqrt(q.shape[-1]), dim=-1),
+                                          q @ k.mT / math.sqrt(q.shape[-1])),
+    "einsum, a list": lambda q, k: [torch.einsum("...id,...jd->...ij", q, k).div(q.shape[-1] ** 0.5).softmax(-1),
+                                    torch.einsum("...id,...jd->...ij", q, k).div(q.shape[-1] ** 0.5)],
 }
 
 
@@ -705,6 +762,41 @@ MEAN_POOL_RIGHT = {
     "nanmean over masked values": lambda x, m: torch.where(m.unsqueeze(-1), x, float("nan")).nanmean(1),
     "einsum": lambda x, m: torch.einsum("btd,bt->bd", x, m.to(x.dtype)) / _pool_count(x, m),
 }
+
+
+# ---- notebook 08: check_find_spike --------------------------------------------------------------------------------
+
+def _masked_abs(x, m):
+    return x.abs().masked_fill(~m[..., None], 0)
+
+
+FIND_SPIKE_WRONG = {
+    "max instead of abs max": (lambda x, m: divmod(int(x.masked_fill(~m[..., None], -1e9).amax(0).argmax()),
+                                                   x.shape[-1]), "not the largest |value|"),
+    "the padding counted": (lambda x, m: divmod(int(x.abs().amax(0).argmax()), x.shape[-1]), "padding position"),
+    "(feature, position)": (lambda x, m: divmod(int(_masked_abs(x, m).amax(0).argmax()), x.shape[-1])[::-1],
+                            "wrong way round"),
+    "divmod by the sequence length": (lambda x, m: divmod(int(_masked_abs(x, m).amax(0).argmax()), x.shape[1]),
+                                      "x.shape[-1]"),
+    "the batch kept in the flat index": (lambda x, m: divmod(int(_masked_abs(x, m).argmax()), x.shape[-1]),
+                                         "counts the batch"),
+    "hard-coded (0, 99)": (lambda x, m: (0, 99), "not always at position 0"),
+    "[CLS] assumed": (lambda x, m: (0, int(_masked_abs(x, m)[:, 0].amax(0).argmax())), "not always at position 0"),
+    "a tensor, not a pair": (lambda x, m: _masked_abs(x, m).amax(0), "two integers"),
+}
+FIND_SPIKE_RIGHT = {
+    "masked_fill, amax, divmod": lambda x, m: divmod(int(_masked_abs(x, m).amax(0).argmax()), x.shape[-1]),
+    "unravel_index over the whole tensor, tensors returned": lambda x, m: tuple(
+        torch.unravel_index(_masked_abs(x, m).argmax(), x.shape)[1:]),
+    "the real tokens picked out first": lambda x, m: _by_rows(x, m),
+}
+
+
+def _by_rows(x, m):
+    rows, pos = m.nonzero(as_tuple=True)
+    flat = int(x[rows, pos].abs().argmax())
+    token, feature = divmod(flat, x.shape[-1])
+    return int(pos[token]), feature
 
 
 # ---- notebook 04: check_post_ln_forward and check_deepnorm_forward ------------------------------------------------
@@ -1000,11 +1092,14 @@ CHECKERS = {  # checker, its plausible wrong answers (each with the words its fa
     "rms_norm": (exercises.check_rms_norm, RMS_WRONG, RMS_RIGHT),
     "softcap": (exercises.check_softcap, SOFTCAP_WRONG, SOFTCAP_RIGHT),
     "QK-norm logits": (exercises.check_qk_norm_logits, QK_WRONG, QK_RIGHT),
+    "attention weights": (exercises.check_attention_probs, ATTENTION_WRONG, ATTENTION_RIGHT),
     "mean pooling": (exercises.check_mean_pool, MEAN_POOL_WRONG, MEAN_POOL_RIGHT),
+    "find the spike": (exercises.check_find_spike, FIND_SPIKE_WRONG, FIND_SPIKE_RIGHT),
 }
 UNBIASED_ON_D1 = pytest.mark.filterwarnings("ignore:var.*degrees of freedom:UserWarning")  # layer_norm's d = 1 case
 BATCHED_T = pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")  # the k.T mistake, on a 4-d tensor
-MARKS = {"layer_norm": [UNBIASED_ON_D1], "layer_norm_backward": [UNBIASED_ON_D1], "rms_norm": [UNBIASED_ON_D1], "QK-norm logits": [BATCHED_T]}
+MARKS = {"layer_norm": [UNBIASED_ON_D1], "layer_norm_backward": [UNBIASED_ON_D1], "rms_norm": [UNBIASED_ON_D1], "QK-norm logits": [BATCHED_T],
+         "attention weights": [BATCHED_T]}
 
 
 @pytest.mark.filterwarnings(r"ignore:std\(\). degrees of freedom")  # torch.std on a one-feature token

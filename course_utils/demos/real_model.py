@@ -6,6 +6,7 @@ build_panel hands them over from its `lesson` cells."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,19 +21,22 @@ from ..evidence import Outcome, Setting, claim_experiment
 from ..figures import color, dash, live_subplots, marker, static_figure, static_subplots
 from ..panel import Panel, choice, register_panel
 from ..minilm import (CONFIG, NORM_SITES, Baseline, Batch, Damage, MiniLM, SentencePairs, baseline, baseline_of,
-                      damage, intervened_embeddings, layer_norms, load_minilm, load_sentences, load_tokenizer,
-                      norm_inputs, reference_outputs, run_from, sentence_embedding)
+                      damage, intervened_embeddings, layer_norms, load_heldout, load_minilm, load_reference,
+                      load_sentences, load_tokenizer, norm_inputs, reference_outputs, run_from, sentence_embedding, tokenize)
 
 __all__ = ["INTERVENTIONS", "INTERVENTION_BUTTONS", "norm_statistics_figure", "stream_norm_figure", "gamma_beta_figure", "outlier_figure",
            "damage_figure", "attention_logit_figure", "layernorm_inspector_panel", "intervention_panel",
-           "outlier_set", "COLLAPSED", "collapse", "sentence_subset", "seed_baseline", "random_text", "random_minilm",
+           "outlier_set", "COLLAPSED", "collapse", "sentence_set", "seed_baseline", "random_text", "random_minilm",
            "RebuildCheck", "rebuild_check", "tanh_gelu", "centering_ratio", "stream_after", "stream_checks",
            "spike_sites", "outlier_checks", "random_dims", "disabled", "zeroing_checks", "surgery_damage",
            "rms_checks", "rescaling_checks", "capped_damage", "SINK_BLOCKS", "sink_figure", "int8_error", "int8_table",
            "int8_checks", "feature_switched_off", "sink_without", "value_norms", "COLLAPSING",
            "growth_checks", "SURGERY_ROWS", "REBUILD_ATOL", "REBUILD_COS", "CENTERED_BELOW", "SINK_RATIO", "MAJORITY",
            "CUT_BY", "SPIKE_ABOVE", "STREAM_BELOW", "SPIKE_FEATURE", "HARMLESS_COS", "collapsed", "centered", "is_sink",
-           "sink_cut", "spike_checks", "softcap_harmless", "rebuild_checks", "text_baseline"]
+           "sink_cut", "spike_checks", "softcap_harmless", "rebuild_checks", "text_baseline", "paragraph_baseline",
+           "float64_errors", "rerun", "cls_moved", "attention_on", "spike_of", "first_position_spike", "TRAIL_RATIO",
+           "moved_sink_checks", "damage_share", "carries_most", "MOSTLY", "feature_damage", "median_sigmas",
+           "fixed_sigma_runs", "sigma_checks", "exact_in_float64", "FLOAT64_ATOL"]
 
 INTERVENTIONS = {"rms": "RMSNorm: no re-centering (keeps γ, β)", "remove": "remove the LayerNorm",
                  "pre": "rewire the sublayer to Pre-LN", "zero": "zero γ, β at the outlier dimensions"}
@@ -364,8 +368,9 @@ def _intervention_figure(base: Baseline, clean: Damage) -> go.Figure:
 
 
 # ----- What the notebook's claim cells compute, shared with their claim experiments -----------------------------------
-# The model is fixed; a run's seed picks the sentences (seed 0: all of the course's, as the notebook runs; any other:
-# a random 7 of the 10 similar and 7 of the 10 unrelated pairs), random token ids, or random features.
+# The model is fixed; a run's seed picks the text (seed 0: the course's sentences, as the notebook runs; seed k: the
+# held-out set k of data/heldout_sentences.json, text the claims were not tuned on), random token ids, or random
+# features.
 
 COLLAPSED = 0.9  # a mean cosine between unrelated sentences above this: every embedding points the same way
 COLLAPSING = 0.5  # above this (the trained model: about 0.07) the ranking readout is already weak
@@ -381,6 +386,9 @@ SPIKE_ABOVE = 100.0     # C91: the massive activation entering a LayerNorm
 STREAM_BELOW = 15.0     # C91: the largest |value| in the normalized stream between blocks
 SPIKE_FEATURE = 99      # C91: the feature it sits on (of [CLS], position 0)
 HARMLESS_COS = 0.9999   # C42: a soft-cap that leaves every embedding this close has no effect worth the name
+TRAIL_RATIO = 2.5       # C151: [CLS] moved off position 0 still gets more than 2.5x even attention
+FLOAT64_ATOL = 1e-12    # C154: float64 on values up to about 200, through 6 blocks: round-off near 1e-14
+MOSTLY = 0.6            # C152: the spike's feature alone does more than this share of the outliers' damage
 
 
 def collapsed(d: Damage) -> bool:
@@ -420,22 +428,31 @@ def collapse(d: Damage) -> float:
     return float(d.unrelated.mean())
 
 
-def sentence_subset(seed: int, keep: int = 7) -> SentencePairs:
-    """Seed 0: the course's sentence pairs; any other seed: a random `keep` of the similar and of the unrelated ones."""
-    pairs = load_sentences()
+def sentence_set(seed: int) -> SentencePairs:
+    """Seed 0: the course's sentence pairs; seed k (1-5): the held-out set k, new sentences of the same shape."""
     if seed == 0:
-        return pairs
-    gen = torch.Generator().manual_seed(seed)
-
-    def pick(chosen):
-        return [chosen[i] for i in sorted(torch.randperm(len(chosen), generator=gen)[:keep].tolist())]
-    return SentencePairs(similar=pick(pairs.similar), unrelated=pick(pairs.unrelated))
+        return load_sentences()
+    sets, _ = load_heldout()
+    if not 1 <= seed <= len(sets):
+        raise ValueError(f"seed must be 0 (the course's sentences) or 1-{len(sets)} (a held-out set), got {seed}")
+    return sets[seed - 1]
 
 
 @lru_cache(maxsize=8)
 def seed_baseline(seed: int) -> Baseline:
-    """The unmodified model's run on sentence_subset(seed), cached (the claim experiments share it)."""
-    return baseline() if seed == 0 else baseline_of(sentence_subset(seed))
+    """The unmodified model's run on sentence_set(seed), cached (the claim experiments share it)."""
+    return baseline() if seed == 0 else baseline_of(sentence_set(seed))
+
+
+@lru_cache(maxsize=1)
+@torch.no_grad()
+def paragraph_baseline() -> Baseline:
+    """The unmodified model's run on the four held-out paragraphs (88-102 tokens), cached; no pairs (no damage)."""
+    model = load_minilm()
+    batch = tokenize(load_heldout()[1])
+    states, hidden = model(batch.input_ids, batch.attention_mask, return_hidden=True)
+    return Baseline(model, None, batch, hidden, sentence_embedding(states, batch.attention_mask),
+                    norm_inputs(model, batch))
 
 
 @lru_cache(maxsize=8)
@@ -451,9 +468,11 @@ def text_baseline(seed: int, length: int = 14) -> Baseline:
 
 
 def _run_on(seed: int, text: str, length: int) -> Baseline:
-    """The claim experiments' baseline: the course's sentences (seed_baseline) or random WordPieces (text_baseline)."""
-    if text not in ("sentences", "random"):
-        raise ValueError(f"text must be 'sentences' or 'random', got {text!r}")
+    """The claim experiments' baseline: sentences (seed_baseline), the held-out paragraphs, or random WordPieces."""
+    if text not in ("sentences", "paragraphs", "random"):
+        raise ValueError(f"text must be 'sentences', 'paragraphs' or 'random', got {text!r}")
+    if text == "paragraphs":
+        return paragraph_baseline()
     return seed_baseline(seed) if text == "sentences" else text_baseline(seed, length)
 
 
@@ -763,8 +782,121 @@ def growth_checks(base: Baseline, stream: list[Tensor]) -> tuple[dict[str, bool]
             "ends above 100x the trained model's": medians[-1] > 100 * trained}, medians
 
 
+@torch.no_grad()
+def float64_errors(model: MiniLM, batch: Batch) -> list[float]:
+    """C35 in float64 alone: max |ours - library| at each hidden state (real tokens) with copies of both in float64."""
+    ours = copy.deepcopy(model).double()
+    theirs = copy.deepcopy(load_reference()[0].auto_model).double()
+    mask = batch.attention_mask
+    _, hidden = ours(batch.input_ids, mask, return_hidden=True)
+    ref = theirs(input_ids=batch.input_ids, attention_mask=mask.long(), output_hidden_states=True).hidden_states
+    return [float((a - b)[mask].abs().max()) for a, b in zip(hidden, ref)]
+
+
+@torch.no_grad()
+def rerun(model: MiniLM, batch: Batch, offset: int = 0) -> tuple[list[Tensor], dict[str, Tensor]]:
+    """The stream (7 tensors) and each LayerNorm's input, named as in layer_norms, for `batch` with the position ids
+    shifted by `offset` (0: positions 0, 1, 2, ... as in training)."""
+    e, ids, mask = model.embeddings, batch.input_ids, batch.attention_mask
+    raw = e.word(ids) + e.position(torch.arange(ids.shape[1]) + offset) + e.token_type(torch.zeros_like(ids))
+    x, norm_in = e.norm(raw), {"embeddings": raw}
+    hidden = [x]
+    for i, block in enumerate(model.blocks, start=1):
+        seen = {}
+        x = block(x, mask, record=seen)
+        hidden.append(x)
+        norm_in[f"L{i} attention"], norm_in[f"L{i} FFN"] = seen["norm1_in"], seen["norm2_in"]
+    return hidden, norm_in
+
+
+def cls_moved(batch: Batch, to: int = 3) -> Batch:
+    """The same batch with [CLS] moved from position 0 to position `to`: the first `to` words move up by one."""
+    if batch.input_ids.shape[1] <= to or not bool(batch.attention_mask[:, :to + 1].all()):
+        raise ValueError(f"every sequence needs at least {to + 1} real tokens to move [CLS] to position {to}")
+    order = [*range(1, to + 1), 0, *range(to + 1, batch.input_ids.shape[1])]
+    tokens = [[t[i] for i in order[:len(t)]] for t in batch.tokens]
+    return Batch(batch.input_ids[:, order], batch.attention_mask, tokens)
+
+
+@torch.no_grad()
+def attention_on(model: MiniLM, hidden: list[Tensor], mask: Tensor, key: int) -> tuple[list[float], float]:
+    """Per block, the share of all attention (every head, every real query) on the token at position `key`, and the
+    share even attention over each sequence's real tokens would give it (the notebook's attention_to_cls, any key)."""
+    shares = []
+    for block, x in zip(model.blocks, hidden):
+        scores, _ = block.attn.logits(x)
+        p = scores.masked_fill(~mask[:, None, None, :], float("-inf")).softmax(-1)[..., key]
+        shares.append(float(p.permute(1, 0, 2)[:, mask].mean()))
+    uniform = 1 / mask.sum(1, keepdim=True).float().expand(mask.shape)[mask]
+    return shares, float(uniform.mean())
+
+
+def spike_of(find_spike: Callable, x: Tensor, mask: Tensor) -> tuple[float, int, int]:
+    """The notebook's find_spike on x (batch, seq, d): (the largest |value| at its place, position, feature)."""
+    position, feature = find_spike(x, mask)
+    value = x[:, position, feature].abs().masked_fill(~mask[:, position], 0).max()
+    return float(value), int(position), int(feature)
+
+
+def exact_in_float64(errors: Sequence[float]) -> bool:
+    """C154: does every hidden state match the library's within FLOAT64_ATOL?"""
+    return max(errors) <= FLOAT64_ATOL
+
+
+def first_position_spike(value: float, position: int) -> bool:
+    """C150: is there a massive activation (above SPIKE_ABOVE) at position 0?"""
+    return value > SPIKE_ABOVE and position == 0
+
+
+def moved_sink_checks(at_0: list[float], at_3: list[float], uniform: float) -> dict[str, bool]:
+    """C151's tests: the token at position 3 gets more than TRAIL_RATIO times even attention in blocks 3-5, and
+    position 0 keeps block 2's sink."""
+    return {"position 3 above 2.5x even attention in blocks 3-5":
+            min(at_3[b - 1] for b in (3, 4, 5)) > TRAIL_RATIO * uniform,
+            "position 0 keeps block 2's sink (above 5x)": is_sink(at_0[1], uniform)}
+
+
+def carries_most(share: float) -> bool:
+    """C152: does one feature do more than MOSTLY of the outliers' damage?"""
+    return share > MOSTLY
+
+
+def damage_share(part: Damage, whole: Damage) -> float:
+    """How much of `whole`'s damage (1 - mean cosine) `part` does."""
+    return (1 - float(part.cos.mean())) / (1 - float(whole.cos.mean()))
+
+
+def feature_damage(base: Baseline, zeroed: Callable, outliers: list[int], feature: int) -> float:
+    """C152: the share of the damage of zeroing γ, β at all the outliers that zeroing them at `feature` alone does."""
+    return damage_share(damage(base, disabled(base, zeroed, [feature])), damage(base, disabled(base, zeroed, outliers)))
+
+
+def median_sigmas(base: Baseline) -> dict[str, float]:
+    """Per LayerNorm, the median σ of its input over the real tokens: the one fixed σ of C153."""
+    return {n: float(x[base.mask].std(-1, unbiased=False).median()) for n, x in base.norm_in.items()}
+
+
+def fixed_sigma_runs(base: Baseline, fixed_sigma: Callable, keep_first: bool) -> dict[str, Damage]:
+    """Damage of the notebook's fixed_sigma(ln, sigma, keep_first) (sigma: that norm's median_sigmas) in both
+    LayerNorms of each block alone and of all six at once, keyed by SURGERY_ROWS's names."""
+    sigmas, names = median_sigmas(base), {id(ln): n for n, ln in layer_norms(base.model).items()}
+    change = lambda ln: fixed_sigma(ln, sigmas[names[id(ln)]], keep_first)  # noqa: E731
+    return {row: damage(base, intervened_embeddings(base, layers, change)) for row, layers in SURGERY_ROWS.items()}
+
+
+def sigma_checks(runs: dict[str, Damage], clean: Damage) -> dict[str, bool]:
+    """C153's tests: in any one block mean cosine above 0.9 (above 0.99 in all but L5); in all six the ranking at
+    least 95% right and the gap within 0.2 of the trained model's."""
+    six, one = runs["all six"], [float(runs[f"L{i}"].cos.mean()) for i in range(1, 7)]
+    return {"any one block: mean cosine above 0.9": min(one) > 0.9,
+            "every block but L5 alone: above 0.99": min(one[:4] + one[5:]) > 0.99,
+            "all six: at least 95% ranked right": six.ranked >= 0.95,
+            "all six: gap within 0.2": abs(six.gap - clean.gap) < 0.2}
+
+
 # ----- Claim experiments ----------------------------------------------------------------------------------------------
-_SUBSET = "the course's sentences (seed 0: all 20 pairs; other seeds: a random 7 similar + 7 unrelated)"
+_SUBSET = "seed 0: the course's sentences; seed k: held-out set k (data/heldout_sentences.json)"
+_PARAGRAPHS = "the four held-out paragraphs (88-102 tokens)"
 
 
 @claim_experiment(
@@ -786,7 +918,7 @@ def rebuild_claim(seed, *, gelu="exact"):
     "C36", statement="Every token entering each of the 13 LayerNorms has a mean |μ| below a tenth of its σ, on the "
                      "course's sentences and on random WordPieces (14 and 60 of them)",
     figure="largest |μ|/σ over all LayerNorms and tokens", kind="float",
-    settings=[Setting(_SUBSET),
+    settings=[Setting(_SUBSET), Setting(_PARAGRAPHS, {"text": "paragraphs"}),
               Setting("random WordPieces, 14 tokens (the seed draws them)", {"text": "random"}),
               Setting("random WordPieces, 60 tokens", {"text": "random", "length": 60}),
               Setting("the same ratio per feature over the tokens, BatchNorm's axis (control)", {"axis": "feature"},
@@ -797,12 +929,15 @@ def centering_claim(seed, *, axis="token", text="sentences", length=14):
 
 
 @claim_experiment(
-    "C37", statement="On the course's sentences (about 11 tokens) the stream between blocks is normalized: every "
-                     "token's norm lies between 2 and 20 and the median "
-                     "moves less than 1.6x across the 7 hidden states, while residual sums entering a LayerNorm "
-                     "exceed 20; on random WordPieces (14 or 60 tokens) it does not: the median moves 1.8x or more",
+    "C37", statement="On sentences of about 11 tokens (the course's and five held-out sets) the stream between blocks "
+                     "is normalized: every token's norm lies between 2 and 20 and the median moves less than 1.6x "
+                     "across the 7 hidden states, while residual sums entering a LayerNorm exceed 20; on held-out "
+                     "paragraphs of about 90 tokens and on random WordPieces (14 or 60 tokens) it does not: the last "
+                     "hidden state shrinks, or the median moves 1.8x or more",
     figure="largest per-token norm in the stream between blocks", kind="float",
     settings=[Setting(_SUBSET),
+              Setting(_PARAGRAPHS + " (where it stops: the last hidden state shrinks, its median about 4x below the "
+                      "others', some tokens below 2)", {"text": "paragraphs"}, expect=False),
               Setting("random WordPieces, 14 tokens (where it stops: the median moves about 1.8x)", {"text": "random"},
                       expect=False),
               Setting("random WordPieces, 60 tokens (where it stops: the median moves more than 4x)",
@@ -816,12 +951,13 @@ def stream_claim(seed, *, change=None, text="sentences", length=14):
 
 
 @claim_experiment(
-    "C38", statement="On the course's sentences, at the outlier features, one is above 4x the median feature in every "
+    "C38", statement="On real text (the course's sentences, five held-out sets, four paragraphs), at the outlier "
+                     "features, one is above 4x the median feature in every "
                      "middle hidden state, none is above 3x in the output, and the last LayerNorm's γ at the loudest "
                      "is below 0.01 in size (on random WordPieces the loudest is another feature, and that last test "
                      "fails)",
     figure="number of outlier features found", kind="exact",
-    settings=[Setting(_SUBSET),
+    settings=[Setting(_SUBSET), Setting(_PARAGRAPHS, {"text": "paragraphs"}),
               Setting("random WordPieces, 14 tokens (where it stops: the loudest outlier is another feature, whose last "
                       "γ is not near 0)", {"text": "random"}, expect=False),
               Setting("as many random features instead (control)", {"dims": "random"}, expect=False)])
@@ -906,7 +1042,7 @@ def softcap_claim(seed, *, cap=50.0):
                      "real query) that even attention over the real tokens would give it: an attention sink",
     figure="smallest ratio (share of attention on [CLS] / even attention's share) over the blocks tested",
     kind="float",
-    settings=[Setting(_SUBSET),
+    settings=[Setting(_SUBSET), Setting(_PARAGRAPHS, {"text": "paragraphs"}),
               Setting("random token ids between [CLS] and [SEP], 14 of them (the seed draws them)", {"text": "random"}),
               Setting("random token ids, 60 of them (a length setting: the share itself falls below 0.5 there)",
                       {"text": "random", "length": 60}),
@@ -914,7 +1050,7 @@ def softcap_claim(seed, *, cap=50.0):
               Setting("the same architecture with random weights (control)", {"weights": "random"}, expect=False)])
 def sink_claim(seed, attention_to_cls, *, text="sentences", length=14, blocks=SINK_BLOCKS, weights="trained"):
     model = load_minilm() if weights == "trained" else random_minilm(seed)
-    batch = seed_baseline(seed).batch if text == "sentences" else random_text(seed, length=length)
+    batch = random_text(seed, length=length) if text == "random" else _run_on(seed, text, length).batch
     with torch.no_grad():
         _, hidden = model(batch.input_ids, batch.attention_mask, return_hidden=True)
     shares, uniform = attention_to_cls(model, hidden, batch.attention_mask)
@@ -928,7 +1064,7 @@ def sink_claim(seed, attention_to_cls, *, text="sentences", length=14, blocks=SI
                      "100, at feature 99 of [CLS]), not in the stream between blocks (largest |value| below 15): a "
                      "Post-LN model normalizes it away",
     figure="largest |value| in the stream between blocks", kind="float",
-    settings=[Setting(_SUBSET),
+    settings=[Setting(_SUBSET), Setting(_PARAGRAPHS, {"text": "paragraphs"}),
               Setting("random WordPieces, 14 tokens (the seed draws them)", {"text": "random"}),
               Setting("random WordPieces, 60 tokens", {"text": "random", "length": 60}),
               Setting("every block rewired to Pre-LN (control: then the spike rides in the stream)",
@@ -946,7 +1082,7 @@ def spike_claim(seed, *, change=None, text="sentences", length=14):
                      "10x, holding the other outlier features aside gains less than 1.5x, and one scale per token cuts "
                      "it more than 5x with nothing held aside",
     figure="error with nothing held aside / error with the spike's feature held aside", kind="float",
-    settings=[Setting(_SUBSET),
+    settings=[Setting(_SUBSET), Setting(_PARAGRAPHS, {"text": "paragraphs"}),
               Setting("random WordPieces, 14 tokens (the seed draws them)", {"text": "random"}),
               Setting("a random feature held aside instead of the spike's (control)", {"held": "random"},
                       expect=False),
@@ -984,7 +1120,7 @@ def collapse_claim(seed, rms_instead, *, change="remove"):
     "C94", statement="With the LayerNorms of every block removed, the stream's median per-token norm grows after every "
                      "block, to more than 100x the trained model's",
     figure="median per-token norm after block 6 / the trained model's", kind="float",
-    settings=[Setting(_SUBSET + ", removed"),
+    settings=[Setting(_SUBSET + ", removed"), Setting(_PARAGRAPHS + ", removed", {"text": "paragraphs"}),
               Setting("random WordPieces, 14 tokens, removed (the seed draws them)", {"text": "random"}),
               Setting("rewired to Pre-LN (control: it jumps once, then stays)", {"change": "pre"}, expect=False),
               Setting("the trained model (control)", {"change": None}, expect=False)])
@@ -1015,3 +1151,96 @@ def sink_cause_claim(seed, attention_to_cls, outlier_dims, *, text="sentences", 
     trained = attention_to_cls(base.model, hidden, batch.attention_mask)[0][1]
     off = sink_without(base.model, batch, attention_to_cls, dim)[1]
     return Outcome(sink_cut(trained, off), trained / off, f"feature {dim}: block 2 share {trained:.2f} -> {off:.2f}")
+
+
+@claim_experiment(
+    "C150", statement="The block-1 spike belongs to position 0, set off by its learned position embedding: entering "
+                      "block 1's FFN LayerNorm a value above 100 sits at position 0, and stays there with [CLS] moved "
+                      "to position 3; with the position ids shifted by 1 it collapses (below 20), and a later block "
+                      "builds its own (above 100 at position 0 by block 3)",
+    figure="largest |value| entering the FFN LayerNorm of the block tested, at the spike's place", kind="float",
+    settings=[Setting(_SUBSET + ", block 1"),
+              Setting("[CLS] moved to position 3, block 1 (the spike stays at position 0)", {"order": "moved"}),
+              Setting(_PARAGRAPHS + ", [CLS] moved to position 3, block 1", {"order": "moved", "text": "paragraphs"}),
+              Setting("position ids shifted by 1, block 3 (a later block builds its own)", {"offset": 1, "block": 3}),
+              Setting("position ids shifted by 1, block 1 (control: the spike collapses)", {"offset": 1},
+                      expect=False),
+              Setting("position ids shifted by 2, block 1 (control)", {"offset": 2}, expect=False)])
+def spike_trigger_claim(seed, find_spike, *, order="trained", offset=0, block=1, text="sentences"):
+    batch = _run_on(seed, text, 14).batch
+    batch = cls_moved(batch) if order == "moved" else batch
+    _, norm_in = rerun(load_minilm(), batch, offset)
+    value, position, feature = spike_of(find_spike, norm_in[f"L{block} FFN"], batch.attention_mask)
+    return Outcome(first_position_spike(value, position), value, f"position {position}, feature {feature}")
+
+
+@claim_experiment(
+    "C151", statement="Moved to position 3, [CLS] still takes more than 2.5x its even share of attention in each of "
+                      "blocks 3 to 5 (about 4x), while position 0, now a word, keeps block 2's sink (above 5x): the "
+                      "sink follows the position in block 2 and partly the token later; an ordinary word at position "
+                      "3 gets less than even attention (control)",
+    figure="smallest ratio (share on position 3 / even share) over blocks 3-5", kind="float",
+    settings=[Setting(_SUBSET + ", [CLS] moved to position 3"),
+              Setting(_PARAGRAPHS + ", [CLS] moved to position 3", {"text": "paragraphs"}),
+              Setting("the trained order: an ordinary word at position 3 (control)", {"order": "trained"},
+                      expect=False)])
+def moved_sink_claim(seed, *, order="moved", text="sentences"):
+    batch = _run_on(seed, text, 14).batch
+    batch = cls_moved(batch) if order == "moved" else batch
+    model = load_minilm()
+    hidden, _ = rerun(model, batch)
+    at_0, uniform = attention_on(model, hidden, batch.attention_mask, 0)
+    at_3, _ = attention_on(model, hidden, batch.attention_mask, 3)
+    checks = moved_sink_checks(at_0, at_3, uniform)
+    return Outcome.of_checks(checks, min(at_3[b - 1] for b in (3, 4, 5)) / uniform,
+                             f"position 0 in block 2 {at_0[1] / uniform:.1f}x even")
+
+
+@claim_experiment(
+    "C152", statement="Zeroing γ and β at the spike's feature alone (99, in all 13 LayerNorms) does more than 60% of "
+                      "the damage of zeroing them at all the outlier features (about 75%); at the feature the last "
+                      "LayerNorm turns off (223, γ near 0 there) it does less than 20%",
+    figure="share of the outliers' damage done by one feature", kind="float",
+    settings=[Setting(_SUBSET + ", the spike's feature"),
+              Setting("the loudest outlier, which the last LayerNorm turns off, instead (control)",
+                      {"feature": "loudest"}, expect=False),
+              Setting("a random feature instead (control; the seed draws it)", {"feature": "random"}, expect=False)])
+def spike_feature_claim(seed, zeroed, outlier_dims, feature_loudness, *, feature="spike"):
+    base = seed_baseline(seed)
+    outliers = outlier_set(base, outlier_dims)
+    loudness = feature_loudness(base.hidden, base.mask)
+    dim = {"spike": lambda: spike_sites(base)["feature"],
+           "loudest": lambda: max(outliers, key=lambda d: float(loudness[1:-1, d].mean())),
+           "random": lambda: random_dims(outliers, 1, torch.Generator().manual_seed(seed))[0][0]}[feature]()
+    share = feature_damage(base, zeroed, outliers, dim)
+    return Outcome(carries_most(share), share, f"feature {dim} of {outliers}")
+
+
+@claim_experiment(
+    "C153", statement="One fixed σ per LayerNorm (its median over the tokens) for every token but [CLS], which keeps "
+                      "its own: in any one block the mean cosine to the original embeddings stays above 0.9 (above "
+                      "0.99 in all but block 5), and in all six at least 95% of couples stay ranked right with the "
+                      "gap within 0.2; the same fixed σ "
+                      "for [CLS] too collapses the embeddings (control)",
+    figure="mean cosine to the original embeddings, all six blocks", kind="float",
+    settings=[Setting(_SUBSET + ", [CLS] keeps its own σ"),
+              Setting("the fixed σ for [CLS] too (control)", {"keep_first": False}, expect=False)])
+def fixed_sigma_claim(seed, fixed_sigma, *, keep_first=True):
+    base = seed_baseline(seed)
+    runs = fixed_sigma_runs(base, fixed_sigma, keep_first)
+    checks = sigma_checks(runs, damage(base, base.embeddings))
+    return Outcome.of_checks(checks, float(runs["all six"].cos.mean()),
+                             f"gap {runs['all six'].gap:.3f}, ranked {runs['all six'].ranked:.0%}")
+
+
+@claim_experiment(
+    "C154", statement="In float64, the course's blocks loaded with all-MiniLM-L6-v2's weights match the library's "
+                      "BertModel within 1e-12 at every hidden state: the float32 differences of C35 are round-off",
+    figure="largest |ours - library| in float64 over the 7 hidden states (real tokens)", kind="roundoff",
+    settings=[Setting(_SUBSET),
+              Setting("the FFNs' GELU swapped for its tanh approximation (control)", {"gelu": "tanh"}, expect=False)])
+def float64_claim(seed, *, gelu="exact"):
+    base = seed_baseline(seed)
+    with (tanh_gelu(base.model) if gelu == "tanh" else contextlib.nullcontext()):
+        errors = float64_errors(base.model, base.batch)
+    return Outcome(exact_in_float64(errors), max(errors))

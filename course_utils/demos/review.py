@@ -20,7 +20,7 @@ from ..transformer import MultiHeadAttention, TinyLM
 
 __all__ = ["Link", "CHAIN", "chain_figure", "reveal_button", "checkpoint_names", "checkpoint_picker",
            "quiz_statistics", "residual_sum", "parallel_vs_sequential", "order_blindness", "future_leak",
-           "stream_growth", "compounding"]
+           "stream_growth", "compounding", "init_growth"]
 
 
 @dataclass(frozen=True)
@@ -281,6 +281,34 @@ def compounding(norm: str, *, seed: int = 0, short: int = 6, long: int = 12, d_m
     return {"short": g_short, "long": g_long, "log_ratio": math.log(g_long) / math.log(g_short)}
 
 
+def init_growth(init: str, *, n_layers: int = 12, d_model: int = 32, seed: int = 0, scaled: bool = True) -> float:
+    """The growth of an unnormalized TinyLM's stream at initialization (RMS after the last block over RMS after the
+    embeddings) under three initializations: "course" (TinyLM's own: Xavier-uniform matrices, N(0, 1) tokens),
+    "torch" (PyTorch's nn.Linear and nn.Embedding defaults) or "gpt2" (every matrix and embedding N(0, 0.02²), the
+    residual projections, attention's out_proj and the FFN's linear2, scaled by 1/√(2·n_layers) unless not scaled)."""
+    if init not in ("course", "torch", "gpt2"):
+        raise ValueError(f"init must be 'course', 'torch' or 'gpt2', got {init!r}")
+    model = TinyLM(16, d_model=d_model, n_layers=n_layers, n_heads=4, norm="none", seed=seed)
+    with torch.no_grad():
+        if init == "torch":
+            with torch.random.fork_rng():  # PyTorch's default init, seeded, without touching the caller's RNG state
+                torch.manual_seed(seed)
+                for module in model.modules():
+                    if isinstance(module, (nn.Linear, nn.Embedding)):
+                        module.reset_parameters()
+        elif init == "gpt2":
+            g = torch.Generator().manual_seed(seed)
+            residual = 1 / math.sqrt(2 * n_layers) if scaled else 1.0
+            for name, p in model.named_parameters():
+                if p.dim() >= 2:  # embeddings and matrices; the biases stay 0
+                    p.normal_(0.0, 0.02 * (residual if name.endswith(("out_proj.weight", "linear2.weight")) else 1),
+                              generator=g)
+        batch = torch.randint(16, (4, 16), generator=torch.Generator().manual_seed(seed))
+        _, hidden = model(batch, return_hidden=True)
+    start, end = (hidden[i].pow(2).mean().sqrt().item() for i in (0, -1))
+    return end / start
+
+
 # ---- What section 5's claim cells assert, written once: the cells and the claim experiments below both judge with
 # these constants and functions, so a threshold cannot drift between the notebook and its rerun.
 EQUAL_WITHIN = 1e-5       # "the same" in float32: round-off is about 1e-7 here, a real difference is far larger
@@ -290,6 +318,7 @@ RUNAWAY = 50.0            # C32: without normalization 12 blocks grow the stream
 PRE_LN_GROWTH = (1.5, 10.0)   # C32, C34: with Pre-LN it grows, but less than 10-fold
 POST_LN_WITHIN = 0.01     # C33: a LayerNorm's output has RMS within 1% of 1
 PER_BLOCK = (1.7, 2.4)    # C89: log(growth over 12) / log(growth over 6) near 2, a factor per block
+NEAR_ONE = 1.5            # C140: with GPT-2-style init 12 unnormalized blocks grow the stream less than 1.5-fold
 
 
 def same(diff: float) -> bool:
@@ -355,6 +384,11 @@ def depth_checks(plain: tuple, pre: tuple) -> dict[str, bool]:
 def normalized(rms: float) -> bool:
     """C33: is the stream's RMS within POST_LN_WITHIN of 1, as a LayerNorm's output is?"""
     return abs(rms - 1) < POST_LN_WITHIN
+
+
+def stays_near_one(growth: float) -> bool:
+    """C140: did the unnormalized stream grow less than NEAR_ONE-fold over the stack?"""
+    return growth < NEAR_ONE
 
 
 def compounds(r: dict[str, float]) -> bool:
@@ -494,3 +528,21 @@ def pre_stream_claim(seed, *, placement="pre", n_layers=12, d_model=32, activati
 def compounding_claim(seed, *, norm="none", d_model=32, activation="relu"):
     r = compounding(norm, seed=seed, d_model=d_model, activation=activation)
     return Outcome(compounds(r), r["log_ratio"], f"{r['short']:.3g}x over 6, {r['long']:.4g}x over 12")
+
+
+@claim_experiment(
+    "C140", statement="The runaway growth of C32 belongs to the initialization: with GPT-2-style init (every matrix "
+                      "N(0, 0.02²), residual projections scaled by 1/√(2·n_layers)) a 12-block TinyLM without "
+                      "normalization grows its stream less than 1.5-fold at initialization, at d_model 32 to 768 and "
+                      "over 24 blocks; with the course's Xavier-uniform init it grows more than 50-fold",
+    figure="growth of the unnormalized stream's RMS over the stack", kind="float",
+    settings=[Setting("GPT-2-style init, d_model 32"), Setting("d_model 128", {"d_model": 128}),
+              Setting("d_model 768 (GPT-2 small's width)", {"d_model": 768}), Setting("24 blocks", {"n_layers": 24}),
+              Setting("the course's Xavier-uniform init (control: grows more than 50-fold, C32)", {"init": "course"},
+                      expect=False),
+              Setting("PyTorch's default init (limit: a few-fold)", {"init": "torch"}, expect=False),
+              Setting("std 0.02 without the 1/√(2·n_layers) scaling, d_model 768 (limit)",
+                      {"d_model": 768, "scaled": False}, expect=False)])
+def init_growth_claim(seed, *, init="gpt2", d_model=32, n_layers=12, scaled=True):
+    growth = init_growth(init, n_layers=n_layers, d_model=d_model, seed=seed, scaled=scaled)
+    return Outcome(stays_near_one(growth), growth, f"{growth:.3g}x over {n_layers} blocks")

@@ -111,9 +111,9 @@ def parse_ref(ref: str) -> tuple[str, str]:
 _COMMON = {"id", "kind", "prompt", "section", "points", "explanation"}
 _KEYS = {"choice": _COMMON | {"answer", "choices"},
          "numeric": _COMMON | {"answer", "tolerance", "rel_tolerance", "decimals", "mistakes", "params", "grid_mask"},
-         "open": _COMMON | {"model_answer", "rubric"}}
+         "open": _COMMON | {"model_answer", "evidence", "rubric"}}
 # What a keyless quiz (`release = true`, the students' copy) may not carry: everything that tells a right answer.
-KEY_FIELDS = ("answer", "explanation", "mistakes", "model_answer", "rubric")
+KEY_FIELDS = ("answer", "explanation", "mistakes", "model_answer", "evidence", "rubric")
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,30}")
 MAX_PARAMS = 8
 # Every parameter tuple of an item can be checked in a few seconds (the release does, to keep students' numbers).
@@ -191,7 +191,7 @@ def _parse_question(quiz: str, item: dict, fail, keyless: bool) -> Question:
         if not isinstance(rubric, list) or not rubric or not all(isinstance(r, str) and r.strip() for r in rubric):
             raise fail("`rubric` must be a non-empty array of non-empty strings")
         return Question(**base, points=0.0, model_answer=_text(item, "model_answer", fail),
-                        rubric=tuple(r.strip() for r in rubric))
+                        evidence=_text(item, "evidence", fail, required=False), rubric=tuple(r.strip() for r in rubric))
     points = _number(item.get("points"), "points", fail)
     if points <= 0:
         raise fail("`points` must be positive for a scored item")

@@ -168,6 +168,7 @@ class Question:
     decimals: int | None = None
     mistakes: tuple[Mistake, ...] = ()
     model_answer: str = ""
+    evidence: str = ""  # an open item's optional second layer: where the course measured it, the figures, the nuance
     rubric: tuple[str, ...] = ()
     template: Template | None = None
     values: tuple[tuple[str, int | float], ...] = ()

@@ -21,23 +21,27 @@ MAX_STUDENT_CHARS = 200
 
 @dataclass(frozen=True, repr=False)
 class Reveal:
-    """An open item's model answer and rubric points, shown on request."""
+    """An open item's model answer (what you would say aloud), its evidence (folded) and rubric, shown on request."""
     ref: str
     prompt: str
     model_answer: str
     rubric: tuple[str, ...]
+    evidence: str = ""
 
     def __repr__(self) -> str:
         points = "".join(f"\n  - {_plain(p)}" for p in self.rubric)
-        return f"{self.ref}\nModel answer: {_plain(self.model_answer)}" + (
+        evidence = f"\nThe evidence: {_plain(self.evidence)}" if self.evidence else ""
+        return f"{self.ref}\nModel answer: {_plain(self.model_answer)}" + evidence + (
             f"\nA strong answer covers:{points}" if points else "")
 
     def _repr_html_(self) -> str:
         points = "".join(f"<li>{_inline(p)}</li>" for p in self.rubric)
         rubric = f"<div><b>A strong answer covers</b></div><ul>{points}</ul>" if points else ""
+        evidence = (f"<details><summary><b>The evidence</b> (where the course measured it, and the nuance)</summary>"
+                    f"{markdown_html(self.evidence)}</details>" if self.evidence else "")
         return (f'<div style="border-left:4px solid #009E73;padding:4px 10px;margin:4px 0">'
                 f"<div><b>{html.escape(self.ref)}: model answer</b></div>{markdown_html(self.model_answer)}"
-                f"{rubric}</div>")
+                f"{evidence}{rubric}</div>")
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,7 @@ def reveal(ref: str) -> Reveal:
         return Reveal(ref=q.ref, prompt=q.prompt, rubric=(),
                       model_answer=f'This item is auto-scored: `answer("{q.ref}", <your answer>)` shows its '
                                    "explanation once you have answered.")
-    return Reveal(ref=q.ref, prompt=q.prompt, model_answer=q.model_answer, rubric=q.rubric)
+    return Reveal(ref=q.ref, prompt=q.prompt, model_answer=q.model_answer, rubric=q.rubric, evidence=q.evidence)
 
 
 def score_summary() -> ScoreSummary:
