@@ -548,9 +548,19 @@ RMS_NORM_MISTAKES: list[Mistake] = [
 def check_rms_norm(fn: Callable[[Tensor, Tensor, float], Tensor]) -> CheckReport:
     """Check fn(x, weight, eps) -> RMSNorm over the last dimension, against torch.nn.functional.rms_norm. The first
     case is a token whose RMS is near √ε, so a misplaced ε fails by a wide margin and is named."""
-    with teaching(NORM_LIBRARY, "write it from tensor operations (a mean of squares, sqrt)"):
-        return _check_norm(CheckReport("rms_norm"), fn, lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps),
-                           False, RMS_NORM_MISTAKES)
+    modules: list[str] = []  # nn.RMSNorm modules the learner's code ran: named in the refusal, not just F.rms_norm
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: modules.append("nn.RMSNorm") if isinstance(module, torch.nn.RMSNorm) else None)
+    try:
+        with teaching(NORM_LIBRARY, "write it from tensor operations (a mean of squares, sqrt)"):
+            report = _check_norm(CheckReport("rms_norm"), fn, lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps),
+                                 False, RMS_NORM_MISTAKES)
+    finally:
+        hook.remove()
+    for case in report.cases if modules else ():
+        if case.mistake == "library call":
+            case.detail = case.detail.replace("calls F.rms_norm", "calls nn.RMSNorm (which calls F.rms_norm)", 1)
+    return report
 
 
 # ---- notebook 02: masked batch statistics ------------------------------------------------------------------------
@@ -1241,8 +1251,9 @@ def _qk_mistakes(eps: float) -> list[Mistake]:
     return [
         ("the 1/√d_head is missing: after RMSNorm q̂ and k̂ each have norm √d (before the gains), so without it the "
          "logits come out √d_head times too large; divide q̂ k̂ᵀ by √d_head", lambda q, k, wq, wk: logits(q, k, 1.0, wq=wq, wk=wk)),
-        ("the logits are divided by d_head; the scaling is 1/√d_head",
-         lambda q, k, wq, wk: logits(q, k, 1 / d(q), wq=wq, wk=wk)),
+        ("the logits are √d_head times too small. Either they are divided by d_head (the scaling is 1/√d_head), or "
+         "q and k are ℓ2-normalized to norm 1 (F.normalize, Henry et al.'s form) with no 1/√d_head: RMSNorm leaves "
+         "them norm √d_head, and the 1/√d_head stays", lambda q, k, wq, wk: logits(q, k, 1 / d(q), wq=wq, wk=wk)),
         ("the logits are multiplied by √d_head; they are divided by it",
          lambda q, k, wq, wk: logits(q, k, math.sqrt(d(q)), wq=wq, wk=wk)),
         ("q and k are normalized over the tokens (dim −2); QK-norm normalizes each query and each key over the head "
@@ -1317,6 +1328,10 @@ def _attention_mistakes(d_head: int) -> list[Mistake]:
         ("the 1/√d is missing: divide q kᵀ by √d, with d = q.shape[-1], or the logits grow with the head size",
          lambda q, k: pair(dot(q, k))),
         ("the logits are divided by d; the scaling is 1/√d", lambda q, k: pair(dot(q, k) / q.shape[-1])),
+        ("the scale uses the number of keys (or queries), k.shape[-2]; it is the head size, d = q.shape[-1], the "
+         "last dimension", lambda q, k: pair(dot(q, k) / math.sqrt(k.shape[-2]))),
+        ("the scale uses the number of queries, q.shape[-2]; it is the head size, d = q.shape[-1], the last "
+         "dimension", lambda q, k: pair(dot(q, k) / math.sqrt(q.shape[-2]))),
         ("the softmax runs over the queries (dim −2); each query's weights over the keys sum to 1: softmax(dim=-1)",
          lambda q, k: pair(dot(q, k) / math.sqrt(q.shape[-1]), dim=-2)),
         ("the weights and the logits are swapped: return (weights, logits), the softmax first",
@@ -1352,7 +1367,8 @@ def check_attention_probs(fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]])
         return [scale * torch.randn(*shape_q, generator=g, dtype=dtype),
                 scale * torch.randn(*shape_k, generator=g, dtype=dtype)]
 
-    cases = [("one head: 4 queries, 6 keys, d_head 8", qk(4, 8, n_k=6), 1e-5, False),
+    # the first case's d_head is 12, none of the usual sizes: a hard-coded /8 or /√64 is named as such, not as "/d"
+    cases = [("one head: 4 queries, 6 keys, d_head 12", qk(4, 12, n_k=6), 1e-5, False),
              ("(batch 2, heads 3, tokens 5, d_head 16)", qk(2, 3, 5, 16), 1e-5, False),
              ("d_head 4, 7 queries, 3 keys", qk(7, 4, n_k=3), 1e-5, False),
              ("large q and k (x 5), d_head 32: a sharp softmax", qk(2, 6, 32, scale=5.0), 1e-4, False),
@@ -1470,6 +1486,12 @@ def _pool_wrong_shape(got: Tensor, x: Tensor) -> str:
                 "average each sequence's real tokens separately")
     if tuple(got.shape) == (batch, seq) and seq != d:
         return ": the average runs over the features (dim -1); mean pooling averages over the tokens, dim 1"
+    if tuple(got.shape) == (seq, d) and seq != batch:
+        return (": the average runs over the batch (dim 0), mixing the sentences; mean pooling averages each "
+                "sentence's tokens, dim 1")
+    if tuple(got.shape) == (batch, 1, d):
+        return (": keepdim=True kept the token axis; sum over dim 1 without keepdim (or .squeeze(1)), keeping "
+                "keepdim=True only for the count, mask.sum(1, keepdim=True)")
     return ""
 
 
@@ -1542,14 +1564,19 @@ FIND_SPIKE_MISTAKES = {
     "batch kept": "the position counts the batch too (batch x seq + position): take the max over the batch first "
                   "(amax(0)), then find the place in the (seq, d) grid",
     "position 0": "the spike is not always at position 0 or at feature 99: find it in the tensor",
+    "sentence 0": "only the first sentence was searched (x[0]): the spike can sit in any sentence of the batch; take "
+                  "the max over the batch too (amax(0)) before finding the place",
 }
+FIND_SPIKE_IN_PLACE = ("compute into a new tensor: x.abs() and x.masked_fill(...) return new tensors, while x.abs_() "
+                       "and x.masked_fill_(...) (the trailing underscore) overwrite the caller's hidden states")
 
 
 def check_find_spike(fn: Callable[[Tensor, Tensor], tuple[int, int]]) -> CheckReport:
     """Check fn(hidden_states (batch, seq, d), attention_mask (batch, seq) bool) -> (position, feature) of the largest
     |value| over the real tokens: synthetic tensors with a spike planted at a random place (negative in some, with a
     louder value at a padding position in others; sizes vary so a hard-coded place or size fails), then the model's
-    residual sum entering block 1's FFN LayerNorm. A wrong place that matches a classic mistake gets that mistake."""
+    residual sum entering block 1's FFN LayerNorm. The two integers may be Python ints or 0-d tensors (int() reads
+    either). A wrong place that matches a classic mistake gets that mistake."""
     from .minilm import baseline  # here, not at the top: the other checkers never need the model module
 
     report = CheckReport("find the spike")
@@ -1584,8 +1611,8 @@ def check_find_spike(fn: Callable[[Tensor, Tensor], tuple[int, int]]) -> CheckRe
             report.cases.append(failed)
             continue
         problem = _input_problem(got, given, [x, mask], ["hidden_states", "attention_mask"], views=False)
-        if problem:
-            report.cases.append(CaseResult(name, False, problem))
+        if problem:  # the shared hint speaks of LayerNorm's x -= mu; here the in-place calls are abs_, masked_fill_
+            report.cases.append(CaseResult(name, False, problem.split(". Compute", 1)[0] + f" ({FIND_SPIKE_IN_PLACE})"))
             continue
         try:
             place = tuple(int(v) for v in got)
@@ -1603,7 +1630,7 @@ def check_find_spike(fn: Callable[[Tensor, Tensor], tuple[int, int]]) -> CheckRe
         whole = int(x.abs().masked_fill(~mask[..., None], float("-inf")).flatten().argmax())
         candidates = [("signed", _spike_place(x, mask, signed=True)), ("padding", _spike_place(x, None)),
                       ("swapped", want[::-1]), ("by seq", divmod(flat, x.shape[1])),
-                      ("batch kept", divmod(whole, x.shape[-1]))]
+                      ("batch kept", divmod(whole, x.shape[-1])), ("sentence 0", _spike_place(x[:1], mask[:1]))]
         hint = next((FIND_SPIKE_MISTAKES[k] for k, p in candidates if p == place), "")
         if not hint and place[0] == 0 != want[0] or place == (0, 99):
             hint = FIND_SPIKE_MISTAKES["position 0"]

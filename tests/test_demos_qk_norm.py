@@ -270,6 +270,10 @@ def test_the_variants_c130_and_c131_build_the_models_they_name():
 
 def test_the_judges_of_c130_and_c131_can_fail():
     assert demo.near_trained({"final": 0.29}) and not demo.near_trained({"final": 0.31})
+    assert demo.broke({"best": 5.2, "final": 58.0})
+    assert not demo.broke({"best": 0.02, "final": 0.07})   # the control: it learns
+    assert not demo.broke({"best": 2.5, "final": 58.0})    # it got below chance on the way: it did learn something
+    assert not demo.broke({"best": 2.9, "final": 2.9})     # stuck at chance is not diverged
     diverged, stuck, learned = {"best": 8.0}, {"best": 2.5}, {"best": 0.01}
     assert demo.needs_residual_norms(diverged, learned)
     assert not demo.needs_residual_norms(stuck, learned)    # at chance is not above it

@@ -237,7 +237,7 @@ def test_random_text_baselines_have_the_spike_and_no_pairs():
 def test_held_out_paragraphs_are_long_and_have_the_spike():
     paragraphs = demo.paragraph_baseline()
     lengths = paragraphs.mask.sum(1)
-    assert paragraphs.pairs is None and len(lengths) == 4 and bool((lengths >= 60).all() and (lengths <= 120).all())
+    assert paragraphs.pairs is None and len(lengths) == 4 and bool((lengths >= 88).all() and (lengths <= 102).all())
     assert demo.spike_sites(paragraphs)["feature"] == 99
 
 
@@ -250,6 +250,8 @@ def test_cls_moved_and_position_ids_shifted(base):
     torch.testing.assert_close(norm_in["L1 FFN"], base.norm_in["L1 FFN"])
     shifted, _ = demo.rerun(base.model, base.batch, offset=1)
     assert not torch.allclose(shifted[1], base.hidden[1])
+    _, swapped = demo.rerun(base.model, base.batch, swap=(0, 5))  # position ids of indices 0 and 5 exchanged
+    assert demo.spike_of(LESSONS["find_spike"], swapped["L1 FFN"], base.mask)[1:] == (5, 99)  # the spike follows
     with pytest.raises(ValueError, match="real tokens"):
         demo.cls_moved(demo.random_text(0, n=2, length=1), to=3)
 
@@ -269,6 +271,18 @@ def test_the_judges_of_the_new_claims():
     assert all(checks.values())
     assert not all(demo.moved_sink_checks([0.3, 0.6, 0.4, 0.4, 0.4, 0.3], [0.1, 0.1, 0.35, 0.2, 0.35, 0.2], 0.09)
                    .values())  # 0.2 is not above 2.5x of 0.09
+    assert not all(demo.moved_sink_checks([0.3, 0.6, 0.2, 0.4, 0.4, 0.3], [0.1, 0.1, 0.35, 0.35, 0.35, 0.2], 0.09)
+                   .values())  # position 0 must keep more than 2.5x in blocks 3-5 too (the sink splits)
+
+
+def test_sigma_checks_on_text_without_pairs_reads_the_cosines_only(base):
+    one = lambda c: minilm.Damage(torch.full((4,), c), float("nan"), float("nan"), torch.empty(0), torch.empty(0))
+    runs = {**{f"L{i}": one(0.995) for i in range(1, 5)}, "L5": one(0.95), "L6": one(0.97), "all six": one(0.8)}
+    assert set(demo.sigma_checks(runs, None)) == {"blocks 1-4, each alone: mean cosine above 0.99",
+                                                  "block 5 or 6 alone: mean cosine above 0.9",
+                                                  "all six: mean cosine above 0.75"}
+    assert all(demo.sigma_checks(runs, None).values())
+    assert not all(demo.sigma_checks({**runs, "L5": one(0.78), "all six": one(0.54)}, None).values())
 
 
 def test_fixed_sigma_keeps_cls_and_is_layernorm_when_sigma_is_each_tokens_own(base):

@@ -496,7 +496,7 @@ RMS_WRONG = {
     "eps forgotten": (lambda x, w, eps: x / torch.sqrt(_ms(x)) * w, "ε is missing"),
     "eps squared": (lambda x, w, eps: x / torch.sqrt(_ms(x) + eps ** 2) * w, "ε is squared"),
     "F.rms_norm, the library's own": (lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps), "calls F.rms_norm"),
-    "nn.RMSNorm": (lambda x, w, eps: torch.nn.RMSNorm(x.shape[-1], eps=eps)(x) * w, "calls F.rms_norm"),
+    "nn.RMSNorm": (lambda x, w, eps: torch.nn.RMSNorm(x.shape[-1], eps=eps)(x) * w, "calls nn.RMSNorm"),
     "F.layer_norm of [x, -x] (the same numbers, a library norm)": (_rms_by_layer_norm, "calls F.layer_norm"),
     "eps at float32's machine epsilon (nn.RMSNorm's default)": (lambda x, w, eps: x / torch.sqrt(
         _ms(x) + torch.finfo(torch.float32).eps) * w, "eps=None"),
@@ -641,6 +641,9 @@ QK_WRONG = {
     "normalized over the tokens": (lambda q, k, wq, wk, eps: _qk(q, k, wq, wk, eps, dim=-2), "over the tokens"),
     "gains forgotten": (lambda q, k, wq, wk, eps: _qk(q, k, 1.0, 1.0, eps), "gains are not applied"),
     "unit-norm q and k (F.normalize)": (_qk_unit_norm, "ℓ2-normalized"),
+    # Henry et al.'s form, norm 1 and no 1/√d: the same numbers as dividing by d_head, and one hint names both
+    "unit-norm q and k, no 1/sqrt(d)": (lambda q, k, wq, wk, eps: (wq * F.normalize(q, dim=-1))
+                                        @ (wk * F.normalize(k, dim=-1)).transpose(-2, -1), "ℓ2-normalized"),
     "LayerNorm instead of RMSNorm": (_qk_layer_norm, "the mean is subtracted"),
     "the library's F.rms_norm": (_qk_library, "calls F.rms_norm"),
     "the library's F.layer_norm": (_qk_library_ln, "calls F.layer_norm"),
@@ -698,6 +701,12 @@ ATTENTION_WRONG = {
     "divided by d": (lambda q, k: _attn(q, k, scale=lambda d: 1 / d), "divided by d"),
     "sqrt(8) hard-coded": (lambda q, k: _attn(q, k, scale=lambda d: 8 ** -0.5), "fixed at √8"),
     "sqrt(16) hard-coded": (lambda q, k: _attn(q, k, scale=lambda d: 16 ** -0.5), "fixed at √16"),
+    # the first case's d_head is 12: a hard-coded /8 is named as the fixed √64 it is, not as "divided by d"
+    "/8 hard-coded": (lambda q, k: _attn(q, k, scale=lambda d: 1 / 8), "fixed at √64"),
+    "sqrt(n_keys)": (lambda q, k: ((q @ k.mT / math.sqrt(k.shape[-2])).softmax(-1), q @ k.mT / math.sqrt(k.shape[-2])),
+                     "number of keys"),
+    "sqrt(n_queries)": (lambda q, k: ((q @ k.mT / math.sqrt(q.shape[-2])).softmax(-1),
+                                      q @ k.mT / math.sqrt(q.shape[-2])), "number of queries"),
     "softmax over the queries": (lambda q, k: _attn(q, k, dim=-2), "over the queries"),
     "weights and logits swapped": (lambda q, k: _attn(q, k)[::-1], "swapped"),
     "scaled after the softmax": (lambda q, k: ((q @ k.transpose(-2, -1)).softmax(-1), _attn(q, k)[1]),
@@ -754,6 +763,9 @@ MEAN_POOL_WRONG = {
                                       "float32 precision"),
     "zeroes the pads of the input in place": (lambda x, m: x.mul_(m.unsqueeze(-1)).sum(1) / _pool_count(x, m),
                                               "in place"),
+    "averaged over the batch (dim 0)": (lambda x, m: x.mean(0), "over the batch (dim 0)"),
+    "keepdim=True on the sum": (lambda x, m: (x * m.unsqueeze(-1)).sum(1, keepdim=True) / _pool_count(x, m)[:, None],
+                                "keepdim=True kept the token axis"),
 }
 MEAN_POOL_RIGHT = {
     "the course's": lambda x, m: __import__("course_utils.minilm", fromlist=["mean_pool"]).mean_pool(x, m),
@@ -783,6 +795,10 @@ FIND_SPIKE_WRONG = {
     "hard-coded (0, 99)": (lambda x, m: (0, 99), "not always at position 0"),
     "[CLS] assumed": (lambda x, m: (0, int(_masked_abs(x, m)[:, 0].amax(0).argmax())), "not always at position 0"),
     "a tensor, not a pair": (lambda x, m: _masked_abs(x, m).amax(0), "two integers"),
+    "only sentence 0": (lambda x, m: divmod(int(_masked_abs(x[:1], m[:1]).amax(0).argmax()), x.shape[-1]),
+                        "only the first sentence"),
+    "abs_ and masked_fill_ in place": (lambda x, m: divmod(int(x.abs_().masked_fill_(~m[..., None], 0).amax(0)
+                                                               .argmax()), x.shape[-1]), "masked_fill_"),
 }
 FIND_SPIKE_RIGHT = {
     "masked_fill, amax, divmod": lambda x, m: divmod(int(_masked_abs(x, m).amax(0).argmax()), x.shape[-1]),

@@ -1,7 +1,7 @@
 """Notebook 06 (QK-norm and soft-capping): attention maps under scaled queries and keys, the soft-cap curve and its
 effect on next-token probabilities, the high-learning-rate training experiment with its control at a sane learning
 rate, the stored learning-rate sweep (`write_sweep`, data/qk_norm_lr_sweep.json), the final-logit experiment (a cap of
-30 and z-loss), the rerun panel, and the claim experiments of the notebook's claims C49-C53, C82, C83 and C85.
+30 and z-loss), the rerun panel, and the claim experiments of the notebook's claims C49-C53, C82, C83, C85, C130 and C131.
 
 The panels of sections 1 and 2 take the notebook's own `attention_probs` and `softcap_logits`; its checkers are in
 course_utils.exercises.
@@ -1003,31 +1003,44 @@ def cap_margin_claim(seed, *, lr=CAP_MARGIN_LR, steps=SWEEP_STEPS):
                    f"plain final loss {plain['final']:.3f}; soft-cap 50 final loss {capped['final']:.3f}")
 
 
-HIGH_LR = 0.3  # C130: the sweep's highest learning rate, where QK-LayerNorm ended untrained in both stored seeds
-NEAR_TRAINED = 0.3  # C130: a final loss below this is near trained (TRAINED is 0.2; chance ln 15 = 2.71)
+HIGH_LR = 0.3  # C130: the sweep's highest learning rate, the edge for both QK-norm variants
+BREAK_LR = 1.0  # C130: past the edge of both variants
+NEAR_TRAINED = 0.3  # C130's recorded arms: a final loss below this is near trained (TRAINED is 0.2; chance ln 15)
+BROKEN = 10.0  # C130: a final loss above this (chance is ln 15 = 2.71) is a diverged run
 
 
 def near_trained(point: dict) -> bool:
-    """C130's outcome for one run: its final loss (last-20 mean) ended below NEAR_TRAINED."""
+    """A run's final loss (last-20 mean) ended below NEAR_TRAINED: what C130's recorded lr-0.3 arms tally."""
     return point["final"] < NEAR_TRAINED
 
 
+def broke(point: dict) -> bool:
+    """C130's outcome for one run: it never learned (its best 10-step mean loss stayed above chance, ln 15) and it
+    diverged (final loss, last-20 mean, above BROKEN)."""
+    return point["best"] > CHANCE and point["final"] > BROKEN
+
+
 @claim_experiment(
-    "C130", statement="At lr 0.3 (300 steps), where QK-LayerNorm ends far from trained in both stored seeds (final "
-                      f"loss > 0.5), QK-RMSNorm ends near trained (final loss < {NEAR_TRAINED}) in every seed on the "
-                      "default CPU kernels, without always crossing the 0.2 line; the same test on QK-LayerNorm fails "
-                      "in most seeds (the report counts them), and QK-RMSNorm fails it too at lr 1 (control). Both "
-                      "variants sit at the edge there: on PyTorch's portable kernels some seeds flip either way",
-    figure="final loss of the tested arm (last 20 steps; nats)",
+    "C130", statement="QK-RMSNorm does not move the edge of the trainable range by much: at lr 1 (300 steps) it breaks "
+                      "as QK-LayerNorm does (the best 10-step mean loss never gets below chance, ln 15, and the final "
+                      f"loss ends above {BROKEN:g}), while at lr 1e-2 it learns (control); at lr 0.3, the edge for both "
+                      "variants, whether a run ends near trained depends on the seed and the CPU kernels (recorded, "
+                      "not claimed)",
+    figure="best 10-step mean loss of the tested arm (nats; chance ln 15 = 2.71)",
     kind="training",
-    settings=[Setting("QK-RMSNorm, lr 0.3, 300 steps"),
-              Setting("QK-LayerNorm, the same test", {"condition": "QK-norm"}, expect=False,
-                      fixed="recorded, not claimed: QK-LayerNorm's outcome at lr 0.3 depends on the seed; the report "
-                            "counts the seeds where it ends near trained"),
-              Setting("QK-RMSNorm at lr 1 (control: past its range too)", {"lr": 1.0}, expect=False)])
-def qk_rms_claim(seed, *, condition="QK-RMSNorm", lr=HIGH_LR, steps=SWEEP_STEPS, n_heads=RECIPE["n_heads"]):
+    settings=[Setting("QK-RMSNorm, lr 1, 300 steps"),
+              Setting("QK-LayerNorm, lr 1", {"condition": "QK-norm"}),
+              Setting("QK-RMSNorm, lr 0.3 (the edge)", {"lr": HIGH_LR}, expect=False,
+                      fixed="recorded, not claimed: at lr 0.3 QK-RMSNorm's final loss depends on the seed and the CPU "
+                            "kernels; the detail says whether each run ended near trained (final loss < 0.3)"),
+              Setting("QK-LayerNorm, lr 0.3 (the edge)", {"condition": "QK-norm", "lr": HIGH_LR}, expect=False,
+                      fixed="recorded, not claimed: at lr 0.3 QK-LayerNorm's final loss depends on the seed and the "
+                            "CPU kernels; the detail says whether each run ended near trained (final loss < 0.3)"),
+              Setting("QK-RMSNorm, lr 1e-2 (control: it learns)", {"lr": SANE_LR}, expect=False)])
+def qk_rms_claim(seed, *, condition="QK-RMSNorm", lr=BREAK_LR, steps=SWEEP_STEPS, n_heads=RECIPE["n_heads"]):
     s = run_summary(recipe_run(condition, seed, lr, steps, n_heads)[1])
-    return Outcome(near_trained(s), s["final"], f"best loss {s['best']:.3f}, largest logit {s['peak_logit']:.3g}")
+    return Outcome(broke(s), s["best"], f"final loss {s['final']:.3g} (near trained, < {NEAR_TRAINED:g}: "
+                                        f"{'yes' if near_trained(s) else 'no'}), largest logit {s['peak_logit']:.3g}")
 
 
 def needs_residual_norms(without: dict, with_norms: dict) -> bool:

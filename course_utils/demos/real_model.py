@@ -794,11 +794,17 @@ def float64_errors(model: MiniLM, batch: Batch) -> list[float]:
 
 
 @torch.no_grad()
-def rerun(model: MiniLM, batch: Batch, offset: int = 0) -> tuple[list[Tensor], dict[str, Tensor]]:
+def rerun(model: MiniLM, batch: Batch, offset: int = 0,
+          swap: tuple[int, int] | None = None) -> tuple[list[Tensor], dict[str, Tensor]]:
     """The stream (7 tensors) and each LayerNorm's input, named as in layer_norms, for `batch` with the position ids
-    shifted by `offset` (0: positions 0, 1, 2, ... as in training)."""
+    shifted by `offset` (0: positions 0, 1, 2, ... as in training), and with `swap` = (i, j) the position ids of
+    indices i and j exchanged (the tokens stay where they are)."""
     e, ids, mask = model.embeddings, batch.input_ids, batch.attention_mask
-    raw = e.word(ids) + e.position(torch.arange(ids.shape[1]) + offset) + e.token_type(torch.zeros_like(ids))
+    positions = torch.arange(ids.shape[1]) + offset
+    if swap is not None:
+        i, j = swap
+        positions[[i, j]] = positions[[j, i]]
+    raw = e.word(ids) + e.position(positions) + e.token_type(torch.zeros_like(ids))
     x, norm_in = e.norm(raw), {"embeddings": raw}
     hidden = [x]
     for i, block in enumerate(model.blocks, start=1):
@@ -850,10 +856,12 @@ def first_position_spike(value: float, position: int) -> bool:
 
 def moved_sink_checks(at_0: list[float], at_3: list[float], uniform: float) -> dict[str, bool]:
     """C151's tests: the token at position 3 gets more than TRAIL_RATIO times even attention in blocks 3-5, and
-    position 0 keeps block 2's sink."""
+    position 0 keeps block 2's sink and gets more than TRAIL_RATIO times in blocks 3-5 too (the sink splits)."""
     return {"position 3 above 2.5x even attention in blocks 3-5":
             min(at_3[b - 1] for b in (3, 4, 5)) > TRAIL_RATIO * uniform,
-            "position 0 keeps block 2's sink (above 5x)": is_sink(at_0[1], uniform)}
+            "position 0 keeps block 2's sink (above 5x)": is_sink(at_0[1], uniform),
+            "position 0, now a word, also above 2.5x in blocks 3-5": min(at_0[b - 1] for b in (3, 4, 5))
+            > TRAIL_RATIO * uniform}
 
 
 def carries_most(share: float) -> bool:
@@ -881,17 +889,30 @@ def fixed_sigma_runs(base: Baseline, fixed_sigma: Callable, keep_first: bool) ->
     LayerNorms of each block alone and of all six at once, keyed by SURGERY_ROWS's names."""
     sigmas, names = median_sigmas(base), {id(ln): n for n, ln in layer_norms(base.model).items()}
     change = lambda ln: fixed_sigma(ln, sigmas[names[id(ln)]], keep_first)  # noqa: E731
-    return {row: damage(base, intervened_embeddings(base, layers, change)) for row, layers in SURGERY_ROWS.items()}
+    return {row: _damage_or_cosines(base, intervened_embeddings(base, layers, change))
+            for row, layers in SURGERY_ROWS.items()}
 
 
-def sigma_checks(runs: dict[str, Damage], clean: Damage) -> dict[str, bool]:
-    """C153's tests: in any one block mean cosine above 0.9 (above 0.99 in all but L5); in all six the ranking at
-    least 95% right and the gap within 0.2 of the trained model's."""
+def _damage_or_cosines(base: Baseline, changed: Tensor) -> Damage:
+    """damage(base, changed); on text without sentence pairs (the paragraphs) only the cosines, gap and ranked NaN."""
+    if base.pairs is not None:
+        return damage(base, changed)
+    cos, none = (torch.nn.functional.normalize(changed, dim=-1) * base.embeddings).sum(-1), torch.empty(0)
+    return Damage(cos, float("nan"), float("nan"), none, none)
+
+
+def sigma_checks(runs: dict[str, Damage], clean: Damage | None) -> dict[str, bool]:
+    """C153's tests: blocks 1-4, each alone, mean cosine above 0.99; block 5 or 6 alone above 0.9; all six above 0.75,
+    and (where there are sentence pairs, clean not None) at least 95% ranked right with the gap within 0.2 of the
+    trained model's."""
     six, one = runs["all six"], [float(runs[f"L{i}"].cos.mean()) for i in range(1, 7)]
-    return {"any one block: mean cosine above 0.9": min(one) > 0.9,
-            "every block but L5 alone: above 0.99": min(one[:4] + one[5:]) > 0.99,
-            "all six: at least 95% ranked right": six.ranked >= 0.95,
-            "all six: gap within 0.2": abs(six.gap - clean.gap) < 0.2}
+    checks = {"blocks 1-4, each alone: mean cosine above 0.99": min(one[:4]) > 0.99,
+              "block 5 or 6 alone: mean cosine above 0.9": min(one[4:]) > 0.9,
+              "all six: mean cosine above 0.75": float(six.cos.mean()) > 0.75}
+    if clean is not None:
+        checks |= {"all six: at least 95% ranked right": six.ranked >= 0.95,
+                   "all six: gap within 0.2": abs(six.gap - clean.gap) < 0.2}
+    return checks
 
 
 # ----- Claim experiments ----------------------------------------------------------------------------------------------
@@ -1154,10 +1175,11 @@ def sink_cause_claim(seed, attention_to_cls, outlier_dims, *, text="sentences", 
 
 
 @claim_experiment(
-    "C150", statement="The block-1 spike belongs to position 0, set off by its learned position embedding: entering "
+    "C150", statement="The block-1 spike is set off by a position embedding, not by the token's identity: entering "
                       "block 1's FFN LayerNorm a value above 100 sits at position 0, and stays there with [CLS] moved "
-                      "to position 3; with the position ids shifted by 1 it collapses (below 20), and a later block "
-                      "builds its own (above 100 at position 0 by block 3)",
+                      "to position 3; with the position ids shifted by 1 it collapses (below 20), with the position "
+                      "ids of indices 0 and 5 swapped it moves to index 5, and a later block builds its own (above 100 "
+                      "at position 0 by block 3)",
     figure="largest |value| entering the FFN LayerNorm of the block tested, at the spike's place", kind="float",
     settings=[Setting(_SUBSET + ", block 1"),
               Setting("[CLS] moved to position 3, block 1 (the spike stays at position 0)", {"order": "moved"}),
@@ -1165,20 +1187,23 @@ def sink_cause_claim(seed, attention_to_cls, outlier_dims, *, text="sentences", 
               Setting("position ids shifted by 1, block 3 (a later block builds its own)", {"offset": 1, "block": 3}),
               Setting("position ids shifted by 1, block 1 (control: the spike collapses)", {"offset": 1},
                       expect=False),
-              Setting("position ids shifted by 2, block 1 (control)", {"offset": 2}, expect=False)])
-def spike_trigger_claim(seed, find_spike, *, order="trained", offset=0, block=1, text="sentences"):
+              Setting("position ids shifted by 2, block 1 (control)", {"offset": 2}, expect=False),
+              Setting("the position ids of indices 0 and 5 swapped, block 1 (control: the spike moves to index 5, "
+                      "with the position-0 embedding)", {"swap": (0, 5)}, expect=False)])
+def spike_trigger_claim(seed, find_spike, *, order="trained", offset=0, block=1, text="sentences", swap=None):
     batch = _run_on(seed, text, 14).batch
     batch = cls_moved(batch) if order == "moved" else batch
-    _, norm_in = rerun(load_minilm(), batch, offset)
+    _, norm_in = rerun(load_minilm(), batch, offset, swap)
     value, position, feature = spike_of(find_spike, norm_in[f"L{block} FFN"], batch.attention_mask)
     return Outcome(first_position_spike(value, position), value, f"position {position}, feature {feature}")
 
 
 @claim_experiment(
     "C151", statement="Moved to position 3, [CLS] still takes more than 2.5x its even share of attention in each of "
-                      "blocks 3 to 5 (about 4x), while position 0, now a word, keeps block 2's sink (above 5x): the "
-                      "sink follows the position in block 2 and partly the token later; an ordinary word at position "
-                      "3 gets less than even attention (control)",
+                      "blocks 3 to 5 (about 4x), while position 0, now a word, keeps block 2's sink (above 5x) and "
+                      "also takes more than 2.5x in blocks 3 to 5: the sink follows the position in block 2, and in "
+                      "blocks 3-5 it splits between position 0 and [CLS]; an ordinary word at position 3 gets less "
+                      "than even attention (control)",
     figure="smallest ratio (share on position 3 / even share) over blocks 3-5", kind="float",
     settings=[Setting(_SUBSET + ", [CLS] moved to position 3"),
               Setting(_PARAGRAPHS + ", [CLS] moved to position 3", {"text": "paragraphs"}),
@@ -1217,20 +1242,26 @@ def spike_feature_claim(seed, zeroed, outlier_dims, feature_loudness, *, feature
 
 
 @claim_experiment(
-    "C153", statement="One fixed σ per LayerNorm (its median over the tokens) for every token but [CLS], which keeps "
-                      "its own: in any one block the mean cosine to the original embeddings stays above 0.9 (above "
-                      "0.99 in all but block 5), and in all six at least 95% of couples stay ranked right with the "
-                      "gap within 0.2; the same fixed σ "
-                      "for [CLS] too collapses the embeddings (control)",
+    "C153", statement="On short sentences (about 11 tokens), one fixed σ per LayerNorm (its median over the tokens) "
+                      "for every token but [CLS], which keeps its own, barely moves the embeddings in any one of "
+                      "blocks 1 to 4 (mean cosine above 0.99), moves them more in block 5 or 6 alone (above 0.9), and "
+                      "in all six keeps the mean cosine above 0.75 with at least 95% of couples ranked right and the "
+                      "gap within 0.2; on held-out paragraphs of about 90 tokens it stops holding (block 5 alone "
+                      "about 0.78, all six about 0.54), and the same fixed σ for [CLS] too collapses the embeddings "
+                      "(control)",
     figure="mean cosine to the original embeddings, all six blocks", kind="float",
     settings=[Setting(_SUBSET + ", [CLS] keeps its own σ"),
+              Setting(_PARAGRAPHS + ", [CLS] keeps its own σ (where it stops: block 5 alone and all six fall; "
+                      "blocks 1-4 stay above 0.99)", {"text": "paragraphs"}, expect=False),
               Setting("the fixed σ for [CLS] too (control)", {"keep_first": False}, expect=False)])
-def fixed_sigma_claim(seed, fixed_sigma, *, keep_first=True):
-    base = seed_baseline(seed)
+def fixed_sigma_claim(seed, fixed_sigma, *, keep_first=True, text="sentences"):
+    base = _run_on(seed, text, 14)
     runs = fixed_sigma_runs(base, fixed_sigma, keep_first)
-    checks = sigma_checks(runs, damage(base, base.embeddings))
-    return Outcome.of_checks(checks, float(runs["all six"].cos.mean()),
-                             f"gap {runs['all six'].gap:.3f}, ranked {runs['all six'].ranked:.0%}")
+    checks = sigma_checks(runs, damage(base, base.embeddings) if base.pairs is not None else None)
+    six = runs["all six"]
+    detail = (f"block 5 alone {float(runs['L5'].cos.mean()):.3f}" if base.pairs is None
+              else f"gap {six.gap:.3f}, ranked {six.ranked:.0%}")
+    return Outcome.of_checks(checks, float(six.cos.mean()), detail)
 
 
 @claim_experiment(

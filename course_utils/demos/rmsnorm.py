@@ -265,22 +265,35 @@ def alone_saving_claim(seed, layer_norm, rms_norm, *, against=ALONE[0]):
                              f"passes {p_rms} vs {p_ln}; saving >= {worst:+.0%}")
 
 
-MODEL_BAND = (0.6, 2.0)  # memory-bound, measured / predicted copies: a busy memory bus moves it, not by 2x
+MODEL_BAND = (0.7, 1.4)  # memory-bound, hand norms, measured / predicted copies: seen 0.83-1.15 over seeds 0-5;
+# a busy memory bus moves it, not by 40%; the two bands (2.45-4.9 and 4.2-8.4 copies) still overlap, so the order is a check
+FUSED_BAND = (0.6, 2.0)  # F.layer_norm, predicted 1 copy: seen 0.9-1.7, so a floor and a ceiling, not a fit
+PORTABLE_BAND = (0.6, 2.0)  # hand norms with PyTorch's portable kernels: arithmetic shows, LayerNorm by hand seen
+# at 1.2-1.65x (RMSNorm 1.05-1.41x) in two reruns, so there the band is looser and the order carries the claim
 
 
 def memory_bound_checks(result: BenchResult, vectorized: bool | None = None) -> dict[str, bool]:
     """C121's checks on normbench.memory_bound: no page faults to speak of (under one per 64 pages per call), and each
-    hand-written norm within MODEL_BAND x the copies its passes predict; with vectorised kernels F.layer_norm too
-    (PyTorch's portable kernels do its arithmetic one number at a time, and then it takes several copies)."""
+    hand-written norm within MODEL_BAND x the copies its passes predict, RMSNorm the faster; with vectorised kernels
+    F.layer_norm within FUSED_BAND too. PyTorch's portable kernels do the arithmetic one number at a time: then
+    F.layer_norm takes several copies (not judged) and the hand norms are judged in the looser PORTABLE_BAND."""
     vectorized = vectorized_kernels() if vectorized is None else vectorized
     d = result.widths[0]
-    judged = HAND + (("F.layer_norm",) if vectorized else ())
     pages = result.elements * 4 / 4096
-    lo, hi = MODEL_BAND
-    return {"page faults under 1 per 64 pages per call": all(result.faults[(v, d)] < pages / 64
-                                                             for v in result.variants),
-            f"{', '.join(judged)}: each within {lo}x-{hi}x its prediction": all(
-                lo <= result.x_copy(v, d) / result.predicted_x_copy(v) <= hi for v in judged)}
+    band = MODEL_BAND if vectorized else PORTABLE_BAND
+    lo, hi = band
+
+    def within(v, band):
+        return band[0] <= result.x_copy(v, d) / result.predicted_x_copy(v) <= band[1]
+
+    checks = {"page faults under 1 per 64 pages per call": all(result.faults[(v, d)] < pages / 64
+                                                               for v in result.variants),
+              f"{', '.join(HAND)}: each within {lo}x-{hi}x its prediction": all(within(v, band) for v in HAND),
+              f"{HAND[0]} faster than {HAND[1]}": result.x_copy(HAND[0], d) < result.x_copy(HAND[1], d)}
+    if vectorized:
+        checks[f"F.layer_norm within {FUSED_BAND[0]}x-{FUSED_BAND[1]}x its prediction"] = within("F.layer_norm",
+                                                                                                FUSED_BAND)
+    return checks
 
 
 def memory_bound_measure(layer_norm, rms_norm, seed: int = 0, raised: bool = True) -> tuple[BenchResult, list[float]]:
@@ -295,7 +308,9 @@ def memory_bound_measure(layer_norm, rms_norm, seed: int = 0, raised: bool = Tru
     "C121", statement="Where the cost model works: at 64 MiB per tensor, beyond the cache, with glibc's mmap threshold "
                       "raised so that freed memory is reused, no call pays page faults and the hand-written RMSNorm and "
                       f"LayerNorm each take {MODEL_BAND[0]}x-{MODEL_BAND[1]}x the copies their passes predict (3.5 and "
-                      "6), and, with vectorised kernels, F.layer_norm too (1)",
+                      f"6), RMSNorm the faster, and F.layer_norm {FUSED_BAND[0]}x-{FUSED_BAND[1]}x its 1 (with "
+                      f"PyTorch's portable kernels: the hand norms {PORTABLE_BAND[0]}x-{PORTABLE_BAND[1]}x, "
+                      "F.layer_norm not judged)",
     figure="hand-written RMSNorm's measured copies / its predicted 3.5, at 64 MiB",
     kind="timed",
     settings=[Setting("64 MiB per tensor, mmap threshold raised to 1 GiB"),
