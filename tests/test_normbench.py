@@ -172,14 +172,36 @@ def test_busy_machine_warning_and_the_stored_sweep(tmp_path):
     assert len(ratios) == 1 and ratios[0][0] == 1 and ratios[0][1] > 0 and ratios[0][2] > 0
 
 
+_MMAP_PROBE = """
+from course_utils import normbench
+variants = [v for v in normbench.lesson_variants() if v.name in normbench.MEMORY_BOUND_VARIANTS]
+raised = normbench.memory_bound(variants, mib=40, repeats=1)  # 40 MiB: above the default 32 MiB threshold
+default = normbench.memory_bound(variants, mib=40, raised=False, repeats=1)
+d = raised.widths[0]
+print(raised.faults[("RMSNorm by hand", d)], default.faults[("RMSNorm by hand", d)])
+"""
+
+
 def test_the_mmap_threshold_decides_the_page_faults_beyond_it():
+    """Each try in a fresh process, as the notebook's kernel and the robustness runs have (after hundreds of tests the
+    heap's layout is the suite's). With the threshold raised no try faults; at the default threshold the faults are
+    not certain at one repeat (fresh processes on this machine showed 10,240-15,360 faults per call in half the tries,
+    none in the others, as if the kernel sometimes backed the mapping otherwise), so some try must show them."""
+    import subprocess
+    import sys
+
     if not normbench.keep_freed_memory():
         pytest.skip("not glibc: mallopt is not available")
-    variants = [v for v in normbench.lesson_variants() if v.name in normbench.MEMORY_BOUND_VARIANTS]
-    raised = normbench.memory_bound(variants, mib=40, repeats=1)  # 40 MiB: above the default 32 MiB threshold
-    default = normbench.memory_bound(variants, mib=40, raised=False, repeats=1)
-    d = raised.widths[0]
-    assert raised.faults[("RMSNorm by hand", d)] < 100 < default.faults[("RMSNorm by hand", d)]
+    seen = []
+    for _ in range(8):
+        done = subprocess.run([sys.executable, "-c", _MMAP_PROBE], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        raised, default = map(float, done.stdout.split()[-2:])
+        assert raised < 100, (raised, default)
+        seen.append(default)
+        if default > 100:
+            break
+    assert max(seen) > 100, f"no page faults at the default threshold in {len(seen)} fresh processes: {seen}"
 
 
 def test_op_width_sweep_times_pytorchs_pair_at_each_width():
