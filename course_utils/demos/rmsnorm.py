@@ -237,11 +237,15 @@ def saving_checks(found: dict, floor: float = MIN_SAVING) -> dict[str, bool]:
               Setting("control: against the fused F.layer_norm (2 passes): RMSNorm by hand makes more",
                       {"against": "F.layer_norm"}, expect=False)])
 def hand_saving_claim(seed, layer_norm, rms_norm, *, against="LayerNorm by hand"):
-    result = _bench(layer_norm, rms_norm, (COPY, against, "RMSNorm by hand"), seed, widths=normbench.WIDTHS,
-                    repeats=9, number=3)[0]
-    found = like_with_like(result, against, "RMSNorm by hand")
+    return _saving_outcome(seed, layer_norm, rms_norm, against, "RMSNorm by hand", MIN_SAVING)
+
+
+def _saving_outcome(seed, layer_norm, rms_norm, against: str, rms: str, floor: float) -> Outcome:
+    """C25's and C120's run: `rms` against `against` over normbench.WIDTHS, judged by saving_checks at `floor`."""
+    result = _bench(layer_norm, rms_norm, (COPY, against, rms), seed, widths=normbench.WIDTHS, repeats=9, number=3)[0]
+    found = like_with_like(result, against, rms)
     (p_rms, p_ln), worst = found["passes"], min(found["savings"])
-    return Outcome.of_checks(saving_checks(found), worst, f"passes {p_rms} vs {p_ln}; saving >= {worst:+.0%}")
+    return Outcome.of_checks(saving_checks(found, floor), worst, f"passes {p_rms} vs {p_ln}; saving >= {worst:+.0%}")
 
 
 ALONE = ("LayerNorm by hand, no γ/β", "RMSNorm by hand, no γ")
@@ -257,12 +261,7 @@ ALONE = ("LayerNorm by hand, no γ/β", "RMSNorm by hand, no γ")
               Setting("control: against the fused F.layer_norm without γ/β (2 passes): RMSNorm by hand makes more",
                       {"against": "F.layer_norm, no γ/β"}, expect=False)])
 def alone_saving_claim(seed, layer_norm, rms_norm, *, against=ALONE[0]):
-    result = _bench(layer_norm, rms_norm, (COPY, against, ALONE[1]), seed, widths=normbench.WIDTHS,
-                    repeats=9, number=3)[0]
-    found = like_with_like(result, against, ALONE[1])
-    (p_rms, p_ln), worst = found["passes"], min(found["savings"])
-    return Outcome.of_checks(saving_checks(found, MIN_ALONE_SAVING), worst,
-                             f"passes {p_rms} vs {p_ln}; saving >= {worst:+.0%}")
+    return _saving_outcome(seed, layer_norm, rms_norm, against, ALONE[1], MIN_ALONE_SAVING)
 
 
 MODEL_BAND = (0.7, 1.4)  # memory-bound, hand norms, measured / predicted copies: seen 0.83-1.15 over seeds 0-5;
